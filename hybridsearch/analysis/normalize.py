@@ -1,0 +1,102 @@
+"""Math-aware text normalisation that runs before tokenizing (documents and queries alike)."""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from hybridsearch.errors import ConfigError
+
+_DASHES = re.compile("[\u2010-\u2015\u2212\ufe58\ufe63\uff0d]")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2032": "'", "\uff07": "'"})
+_FOLD = str.maketrans({"ß": "ss", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "æ": "ae", "Æ": "AE",
+                       "œ": "oe", "Œ": "OE", "đ": "d", "Đ": "D", "ı": "i", "þ": "th", "ð": "d"})
+_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
+_TEX_WRAP = re.compile(r"\\(?:mathbb|mathrm|mathcal|mathbf|mathfrak|mathsf|mathit|operatorname|text|textrm|textbf|textit|emph)\s*\{([^{}]*)\}")
+_TEX_WORDS = re.compile(r"\\(ell|infty|alpha|beta|gamma|delta|epsilon|lambda|mu|pi|sigma|omega|zeta)\b")
+_SUPERSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\^(?:\{([A-Za-z0-9*]{1,3})\}|([A-Za-z0-9*]))")
+_DEFAULT_LEXICON = "math_lexicon.txt"
+
+
+def fold_diacritics(text: str) -> str:
+    """Gödel -> Godel, Erdős -> Erdos, Łoś -> Los."""
+    if text.isascii():
+        return text
+    text = text.translate(_FOLD)
+    return unicodedata.normalize("NFC", _COMBINING.sub("", unicodedata.normalize("NFKD", text)))
+
+
+def _generic(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text)
+    text = _DASHES.sub("-", text).translate(_QUOTES)
+    text = fold_diacritics(text)
+    if "\\" in text:
+        text = _TEX_WORDS.sub(r"\1", _TEX_WRAP.sub(r"\1", text))
+    if "$" in text:
+        text = text.replace("$", "")
+    if "^" in text:
+        text = _SUPERSCRIPT.sub(lambda m: m.group(1) + (m.group(2) or m.group(3)), text)
+    return text
+
+
+class Lexicon:
+    """Variant -> canonical replacements, compiled into one case-insensitive regex."""
+
+    def __init__(self, entries: dict[str, str]) -> None:
+        self.entries = entries
+        if entries:
+            alternatives = sorted(entries, key=len, reverse=True)
+            body = "|".join(re.escape(v) for v in alternatives)
+            self._regex: re.Pattern[str] | None = re.compile(
+                rf"(?<![\w*])(?:{body})(?=s?(?![\w*]))", re.IGNORECASE)
+        else:
+            self._regex = None
+
+    @classmethod
+    def load(cls, paths: Iterable[Path | str] = (), *, include_default: bool = True) -> Lexicon:
+        texts: list[tuple[str, str]] = []
+        if include_default:
+            ref = resources.files("hybridsearch.analysis") / "data" / _DEFAULT_LEXICON
+            texts.append((_DEFAULT_LEXICON, ref.read_text(encoding="utf-8")))
+        for p in paths:
+            try:
+                texts.append((str(p), Path(p).read_text(encoding="utf-8")))
+            except OSError as e:
+                raise ConfigError(f"cannot read lexicon {p}: {e.strerror}") from e
+        entries: dict[str, str] = {}
+        for name, text in texts:
+            for lineno, line in enumerate(text.splitlines(), 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                canonical, sep, variants = line.partition("=")
+                canonical = canonical.strip().lower()
+                if not sep or not canonical or not variants.strip():
+                    raise ConfigError(f"{name}:{lineno}: expected 'canonical = variant | variant'")
+                for v in variants.split("|"):
+                    v = _generic(v.strip()).lower()
+                    if v and v != canonical:
+                        entries[v] = canonical
+        return cls(entries)
+
+    @classmethod
+    def from_env(cls) -> Lexicon:
+        extra = [p for p in os.environ.get("HYBRIDSEARCH_LEXICON", "").split(os.pathsep) if p]
+        return cls.load(extra)
+
+    def apply(self, text: str) -> str:
+        if self._regex is None:
+            return text
+        return self._regex.sub(lambda m: self.entries[m.group(0).lower()], text)
+
+    def variants_of(self, canonical: str) -> list[str]:
+        return sorted(v for v, c in self.entries.items() if c == canonical)
+
+
+def normalize(text: str, lexicon: Lexicon) -> str:
+    """NFKC, unified dashes and quotes, folded diacritics, unwrapped TeX, then the lexicon."""
+    return lexicon.apply(_generic(text))

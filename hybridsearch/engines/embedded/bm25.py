@@ -1,0 +1,178 @@
+"""tantivy BM25 index: one whitespace-tokenized field per scored field, fed the shared analysis."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import tantivy
+
+from hybridsearch.analysis import Analyzer
+from hybridsearch.engines.embedded.store import norm_key
+from hybridsearch.errors import EngineError
+from hybridsearch.models import BM25_FIELD_WEIGHTS, TEXT_FIELDS, Bm25Mode, Document, Filters
+
+SCORED_FIELDS = tuple(BM25_FIELD_WEIGHTS)
+_APPLIED = "applied.json"
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("id", stored=True, tokenizer_name="raw")
+    sb.add_unsigned_field("label", indexed=True, fast=True)
+    for f in SCORED_FIELDS:
+        sb.add_text_field(f, tokenizer_name="whitespace", index_option="freq")
+    for f in ("subj", "kind", "license", "source"):
+        sb.add_text_field(f, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("ym", indexed=True, fast=True)
+    return sb.build()
+
+
+class Bm25Index:
+    """Owner mode writes and commits; reader mode only reloads what the owner committed."""
+
+    def __init__(self, path: Path, analyzer: Analyzer, *, owner: bool) -> None:
+        self.path = path
+        self.analyzer = analyzer
+        self.owner = owner
+        self.schema = _schema()
+        self._writer: tantivy.IndexWriter | None = None
+        self._lock = threading.Lock()
+        self.index: tantivy.Index | None = None
+        self.applied_seq = 0
+        self.fields_present: set[str] = set()
+        try:
+            if owner:
+                path.mkdir(parents=True, exist_ok=True)
+                self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
+                self._writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+            elif (path / "meta.json").exists():
+                self.index = tantivy.Index.open(str(path))
+        except ValueError as e:
+            raise EngineError(f"cannot open BM25 index {path}: {e}") from e
+        self._read_applied()
+
+    def _read_applied(self) -> None:
+        try:
+            data = json.loads((self.path / _APPLIED).read_text())
+        except (OSError, ValueError):
+            return
+        self.applied_seq = int(data.get("seq", 0))
+        self.fields_present = set(data.get("fields", []))
+
+    def reload(self) -> None:
+        if self.index is None and (self.path / "meta.json").exists():
+            self.index = tantivy.Index.open(str(self.path))
+        if self.index is not None:
+            self.index.reload()
+        self._read_applied()
+
+    def apply(self, upserts: Mapping[int, Document], deletes: Sequence[str], seq: int) -> None:
+        """Apply changes idempotently (delete by id, then add), commit, then record `seq`."""
+        if self._writer is None:
+            raise EngineError("the BM25 index is read-only in this process (another owns it)")
+        with self._lock:
+            w = self._writer
+            for id_ in list(deletes) + [d.id for d in upserts.values()]:
+                w.delete_documents_by_term("id", id_)
+            for label, d in upserts.items():
+                w.add_document(self._to_tantivy(label, d))
+            w.commit()
+            if self.index is not None:
+                self.index.reload()
+            self.applied_seq = seq
+            tmp = self.path / (_APPLIED + ".tmp")
+            tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present)}))
+            os.replace(tmp, self.path / _APPLIED)
+
+    def _to_tantivy(self, label: int, d: Document) -> tantivy.Document:
+        doc = tantivy.Document()
+        doc.add_text("id", d.id)
+        doc.add_unsigned("label", label)
+        for f in TEXT_FIELDS:
+            value = getattr(d, f)
+            if value:
+                tokens = self.analyzer.analyze(value)
+                if tokens:
+                    doc.add_text(f, " ".join(tokens))
+                    self.fields_present.add(f)
+        if d.subjects:
+            tokens = self.analyzer.analyze_many(d.subjects)
+            if tokens:
+                doc.add_text("subjects", " ".join(tokens))
+                self.fields_present.add("subjects")
+            for s in d.subjects:
+                doc.add_text("subj", norm_key(s))
+        for f in ("kind", "license"):
+            value = getattr(d, f)
+            if value:
+                doc.add_text(f, norm_key(value))
+        if d.source:
+            doc.add_text("source", d.source)
+        if d.year is not None:
+            doc.add_integer("ym", d.year * 100 + (d.month or 0))
+        return doc
+
+    def search(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], k: int,
+               filters: Filters | None, mode: Bm25Mode, tie_breaker: float) -> tuple[list[int], list[float]]:
+        """Top-k (labels, scores). `terms` are analyzed tokens with query weights."""
+        if self.index is None or not terms or k <= 0:
+            return [], []
+        Q, schema = tantivy.Query, self.schema
+        weights: dict[str, float] = {}
+        for t, w in terms:
+            weights[t] = weights.get(t, 0.0) + w
+        per_field = []
+        for f, fw in fields.items():
+            if f not in self.fields_present or fw <= 0:
+                continue
+            clauses = [(tantivy.Occur.Should, Q.boost_query(Q.term_query(schema, f, t), fw * w))
+                       for t, w in weights.items()]
+            per_field.append(clauses)
+        if not per_field:
+            return [], []
+        if mode == "best_fields":
+            query = Q.disjunction_max_query([Q.boolean_query(c) for c in per_field],
+                                            tie_breaker=tie_breaker)
+        else:
+            query = Q.boolean_query([c for clauses in per_field for c in clauses])
+        if filters is not None and not filters.is_empty():
+            query = Q.boolean_query([(tantivy.Occur.Must, query)] + [
+                (tantivy.Occur.Must, Q.const_score_query(fq, 0.0)) for fq in self._filter_queries(filters)])
+        searcher = self.index.searcher()
+        hits = searcher.search(query, k).hits
+        if not hits:
+            return [], []
+        labels = searcher.fast_field_values("label", [a for _, a in hits])
+        return [int(x) for x in labels], [float(s) for s, _ in hits]
+
+    def _filter_queries(self, f: Filters) -> list[tantivy.Query]:
+        Q, schema, out = tantivy.Query, self.schema, []
+        if f.date_range is not None:
+            lo, hi = f.date_range.bounds()
+            if lo is not None or hi is not None:
+                out.append(Q.range_query(schema, "ym", tantivy.FieldType.Integer, lo, hi))
+        for field, values, key in (("subj", f.subjects, True), ("kind", f.kind, True),
+                                   ("license", f.license, True), ("source", f.sources, False)):
+            if values:
+                out.append(Q.term_set_query(schema, field, [norm_key(v) if key else v for v in values]))
+        return out
+
+    def doc_freq(self, term: str) -> tuple[int, int]:
+        """(documents, max document frequency of `term` over the scored fields)."""
+        if self.index is None:
+            return 0, 0
+        s = self.index.searcher()
+        return s.num_docs, max(s.doc_freq(f, term) for f in SCORED_FIELDS)
+
+    def num_docs(self) -> int:
+        return 0 if self.index is None else self.index.searcher().num_docs
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.wait_merging_threads()
+                self._writer = None

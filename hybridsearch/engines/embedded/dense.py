@@ -1,0 +1,155 @@
+"""faiss dense index over normalised vectors: exact inner product up to a size, HNSW above it."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 100
+HNSW_EF_SEARCH = 128
+
+
+class DenseIndex:
+    """faiss ids are vector versions (vids), so HNSW, which cannot remove, can tombstone old ones.
+
+    Exact mode removes for real. Past `exact_max` vectors the index is rebuilt as HNSW once;
+    it is rebuilt again when tombstones pass a fifth of its size.
+    """
+
+    def __init__(self, dim: int, exact_max: int) -> None:
+        self.dim = dim
+        self.exact_max = exact_max
+        self.applied_seq = 0
+        self._lock = threading.RLock()
+        self._vid_of: dict[int, int] = {}  # label -> live vid
+        self._label_of: dict[int, int] = {}  # vid -> label (live and tombstoned)
+        self._tombstones: set[int] = set()
+        self._next_vid = 1
+        self.hnsw = False
+        self._index = self._new_index(hnsw=False)
+
+    def _new_index(self, *, hnsw: bool) -> faiss.Index:
+        if hnsw:
+            base = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            base.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+            base.hnsw.efSearch = HNSW_EF_SEARCH
+        else:
+            base = faiss.IndexFlatIP(self.dim)
+        return faiss.IndexIDMap2(base)
+
+    def __len__(self) -> int:
+        return len(self._vid_of)
+
+    def upsert(self, vectors: Mapping[int, np.ndarray]) -> None:
+        with self._lock:
+            self.remove(list(vectors))
+            if not vectors:
+                return
+            labels = list(vectors)
+            mat = np.vstack([vectors[lb] for lb in labels]).astype(np.float32)
+            vids = np.arange(self._next_vid, self._next_vid + len(labels), dtype=np.int64)
+            self._next_vid += len(labels)
+            self._index.add_with_ids(mat, vids)
+            for lb, vid in zip(labels, vids.tolist(), strict=True):
+                self._vid_of[lb] = vid
+                self._label_of[vid] = lb
+            if not self.hnsw and len(self._vid_of) > self.exact_max:
+                self._rebuild(hnsw=True)
+
+    def remove(self, labels: Sequence[int]) -> None:
+        with self._lock:
+            vids = [self._vid_of.pop(lb) for lb in labels if lb in self._vid_of]
+            if not vids:
+                return
+            if self.hnsw:
+                self._tombstones.update(vids)
+                if len(self._tombstones) > max(1000, self._index.ntotal // 5):
+                    self._rebuild(hnsw=True)
+            else:
+                self._index.remove_ids(np.array(vids, dtype=np.int64))
+                for v in vids:
+                    self._label_of.pop(v, None)
+
+    def _rebuild(self, *, hnsw: bool) -> None:
+        live = sorted(self._vid_of.items())
+        index = self._new_index(hnsw=hnsw)
+        if live:
+            vids = np.array([v for _, v in live], dtype=np.int64)
+            mat = np.vstack([self._index.reconstruct(int(v)) for v in vids])
+            index.add_with_ids(mat, vids)
+        self._index = index
+        self.hnsw = hnsw
+        self._tombstones.clear()
+        self._label_of = {v: lb for lb, v in live}
+
+    def search(self, vec: np.ndarray, k: int, allowed: set[int] | None) -> tuple[list[int], list[float]]:
+        """Top-k (labels, cosine) for a normalised query vector, optionally within `allowed` labels."""
+        with self._lock:
+            if not self._vid_of or k <= 0:
+                return [], []
+            sel = None
+            if allowed is not None:
+                vids = [self._vid_of[lb] for lb in allowed if lb in self._vid_of]
+                if not vids:
+                    return [], []
+                sel = faiss.IDSelectorBatch(np.array(vids, dtype=np.int64))
+            elif self._tombstones:
+                sel = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.array(sorted(self._tombstones), dtype=np.int64)))
+            params = None
+            if sel is not None:
+                params = (faiss.SearchParametersHNSW(sel=sel, efSearch=max(HNSW_EF_SEARCH, k))
+                          if self.hnsw else faiss.SearchParameters(sel=sel))
+            elif self.hnsw:
+                params = faiss.SearchParametersHNSW(efSearch=max(HNSW_EF_SEARCH, k))
+            q = np.ascontiguousarray(vec, dtype=np.float32).reshape(1, -1)
+            scores, vids_out = self._index.search(q, min(k, len(self._vid_of)), params=params)
+            labels, out = [], []
+            for s, v in zip(scores[0].tolist(), vids_out[0].tolist(), strict=True):
+                if v < 0 or v in self._tombstones:
+                    continue
+                labels.append(self._label_of[v])
+                out.append(float(s))
+            return labels, out
+
+    def score(self, vec: np.ndarray, labels: Sequence[int]) -> dict[int, float]:
+        with self._lock:
+            q = np.asarray(vec, dtype=np.float32).ravel()
+            return {lb: float(np.dot(self._index.reconstruct(self._vid_of[lb]), q))
+                    for lb in labels if lb in self._vid_of}
+
+    # -- persistence (a checkpoint; the journal replays whatever came after it) -----------------
+    def save(self, path: Path) -> None:
+        with self._lock:
+            buf = io.BytesIO()
+            np.savez(buf, index=faiss.serialize_index(self._index),
+                     vid_of=np.array(list(self._vid_of.items()), dtype=np.int64).reshape(-1, 2),
+                     label_of=np.array(list(self._label_of.items()), dtype=np.int64).reshape(-1, 2),
+                     tombstones=np.array(sorted(self._tombstones), dtype=np.int64),
+                     state=np.array([self.applied_seq, self._next_vid, int(self.hnsw), self.dim],
+                                    dtype=np.int64))
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(buf.getvalue())
+            os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path, dim: int, exact_max: int) -> DenseIndex:
+        self = cls(dim, exact_max)
+        if not path.exists():
+            return self
+        with np.load(path) as z:
+            seq, next_vid, hnsw, saved_dim = (int(x) for x in z["state"])
+            if saved_dim != dim:
+                return self
+            self._index = faiss.deserialize_index(z["index"])
+            self._vid_of = {int(a): int(b) for a, b in z["vid_of"]}
+            self._label_of = {int(a): int(b) for a, b in z["label_of"]}
+            self._tombstones = {int(x) for x in z["tombstones"]}
+            self.applied_seq, self._next_vid, self.hnsw = seq, next_vid, bool(hnsw)
+        return self

@@ -1,0 +1,233 @@
+"""EmbeddedEngine: the journal in SQLite is the truth; tantivy and faiss are caught up from it."""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridsearch.analysis import Analyzer, default_analyzer
+from hybridsearch.embeddings import DIM, MODEL_NAME
+from hybridsearch.engines.embedded.bm25 import Bm25Index
+from hybridsearch.engines.embedded.dense import DenseIndex
+from hybridsearch.engines.embedded.store import Store
+from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters, RankedList, check_unique_ids
+
+DEFAULT_EXACT_MAX = 200_000
+_CHECKPOINT_EVERY = 20_000  # journal entries between dense checkpoints
+
+
+class EmbeddedEngine:
+    """One index directory. The process holding `owner.lock` applies the journal to the derived
+    indexes; other processes may append to the journal and read what the owner committed."""
+
+    capabilities = frozenset({"lexical", "vector"})
+
+    def __init__(self, path: str | os.PathLike[str], *, exact_max: int = DEFAULT_EXACT_MAX,
+                 analyzer: Analyzer | None = None, model: str = MODEL_NAME, dim: int = DIM) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.model, self.dim = model, dim
+        self.analyzer = analyzer or default_analyzer()
+        self._lock = threading.RLock()
+        self._lock_file = open(self.path / "owner.lock", "a+")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.owner = True
+        except OSError:
+            self.owner = False
+        self.store = Store(self.path / "store.sqlite")
+        self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner)
+        self._dense_path = self.path / "dense.npz"
+        self.dense_index = DenseIndex.load(self._dense_path, dim, exact_max)
+        self._dense_saved_seq = self.dense_index.applied_seq
+        self._id_of: dict[int, str] = self.store.id_map()
+        self._label_of: dict[str, int] = {v: k for k, v in self._id_of.items()}
+        self._seen_seq = self.store.max_seq()
+        self._data_version = -1
+        self.refresh()
+
+    # -- journal catch-up ---------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Catch derived indexes up with the journal if another connection committed since the
+        last look (SQLite's data_version moves only on other connections' commits)."""
+        with self._lock:
+            version = self.store.data_version()
+            if version == self._data_version:
+                return
+            self._data_version = version
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        start = min(self.bm25_index.applied_seq, self.dense_index.applied_seq, self._seen_seq)
+        entries = self.store.journal_since(start)
+        for e in entries:
+            if e.seq > self._seen_seq:
+                if e.op == "delete":
+                    self._id_of.pop(e.label, None)
+                    self._label_of.pop(e.id, None)
+                else:
+                    self._id_of[e.label] = e.id
+                    self._label_of[e.id] = e.label
+        if not entries:
+            if not self.owner:
+                self.bm25_index.reload()
+            return
+        last = entries[-1].seq
+        self._seen_seq = max(self._seen_seq, last)
+        if self.owner:
+            todo = [e for e in entries if e.seq > self.bm25_index.applied_seq and e.op != "vector"]
+            if todo:
+                touched = {e.label: e.id for e in todo}
+                docs = self.store.docs_by_label(list(touched))
+                self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
+        else:
+            self.bm25_index.reload()
+        todo = [e for e in entries if e.seq > self.dense_index.applied_seq]
+        if todo:
+            labels = list(dict.fromkeys(e.label for e in todo))
+            vectors = self.store.vectors_by_label(labels)
+            self.dense_index.remove([lb for lb in labels if lb not in vectors])
+            self.dense_index.upsert(vectors)
+            self.dense_index.applied_seq = last
+            if self.owner and last - self._dense_saved_seq >= _CHECKPOINT_EVERY:
+                self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Persist the dense index so that the next open replays less of the journal."""
+        with self._lock:
+            if self.owner and self.dense_index.applied_seq != self._dense_saved_seq:
+                self.dense_index.save(self._dense_path)
+                self._dense_saved_seq = self.dense_index.applied_seq
+
+    # -- writes ---------------------------------------------------------------------------------
+    def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> int:
+        """Store documents (and optionally their vectors) atomically; returns the journal seq.
+        When this returns, the documents are acknowledged: no crash can lose them."""
+        docs = list(docs)
+        check_unique_ids(docs)
+        if vectors is not None:
+            vectors = self._check_vectors(vectors, len(docs))
+        with self._lock:
+            seq = self.store.write(docs, vectors, self.model)
+            self._catch_up()
+            return seq
+
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int:
+        vectors = self._check_vectors(vectors, len(ids))
+        with self._lock:
+            seq = self.store.set_vectors(list(ids), vectors, self.model)
+            self._catch_up()
+            return seq
+
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        with self._lock:
+            deleted = self.store.delete(list(ids))
+            self._catch_up()
+            return deleted
+
+    def _check_vectors(self, vectors: np.ndarray, n: int) -> np.ndarray:
+        arr = np.asarray(vectors, dtype=np.float32)
+        if arr.shape != (n, self.dim):
+            raise ValidationError(f"expected shape ({n}, {self.dim}), got {arr.shape}", field="vectors")
+        bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+        if bad.size:
+            raise ValidationError(f"row {int(bad[0])} has a non-finite value", field="vectors")
+        return arr
+
+    # -- reads ----------------------------------------------------------------------------------
+    def get(self, ids: Sequence[str]) -> dict[str, Document]:
+        return self.store.docs_by_id(list(ids))
+
+    def count(self) -> int:
+        return self.store.count()
+
+    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]:
+        return self.store.missing_vectors(limit)
+
+    def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
+             k: int = 10, filters: Filters | None = None, *, mode: Bm25Mode = "most_fields",
+             tie_breaker: float = 0.5, role_boost: float = 1.0) -> RankedList:
+        """Field-boosted BM25 (k1=1.2, b=0.75). `most_fields` sums fields; `best_fields` is dis_max."""
+        if mode not in ("most_fields", "best_fields"):
+            raise QueryError(f"mode must be one of most_fields, best_fields; got {mode!r}")
+        for name, v in (("tie_breaker", tie_breaker), ("role_boost", role_boost)):
+            if not math.isfinite(v) or v < 0:
+                raise QueryError(f"{name} must be a finite number >= 0, got {v!r}")
+        terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str)
+                 else list(query))
+        self.refresh()
+        labels, scores = self.bm25_index.search(terms, fields or BM25_FIELD_WEIGHTS, k, filters,
+                                                mode, tie_breaker)
+        if role_boost != 1.0:
+            scores = [s * role_boost for s in scores]
+        return self._ranked("bm25", labels, scores)
+
+    def term_stats(self, terms: Sequence[str]) -> dict[str, Any]:
+        """Full-corpus document frequencies and Lucene idf for analyzed terms."""
+        self.refresh()
+        out: dict[str, Any] = {}
+        n = 0
+        for t in terms:
+            n, df = self.bm25_index.doc_freq(t)
+            out[t] = {"df": df, "idf": math.log(1 + (n - df + 0.5) / (df + 0.5)) if n else 0.0}
+        return {"num_docs": n, "terms": out}
+
+    def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
+        self.refresh()
+        allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
+        labels, scores = self.dense_index.search(vec, k, allowed)
+        return self._ranked("dense", labels, scores)
+
+    def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        self.refresh()
+        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
+        return {labels[lb]: s for lb, s in self.dense_index.score(vec, list(labels)).items()}
+
+    def _ranked(self, channel: str, labels: list[int], scores: list[float]) -> RankedList:
+        ids, out = [], []
+        for lb, s in zip(labels, scores, strict=True):
+            id_ = self._id_of.get(lb)
+            if id_ is not None:
+                ids.append(id_)
+                out.append(s)
+        return RankedList.of(channel, ids, out)
+
+    def stats(self) -> dict[str, Any]:
+        self.refresh()
+        return {
+            "path": str(self.path),
+            "owner": self.owner,
+            "documents": self.count(),
+            "works": int(self.store.conn.execute("SELECT count(DISTINCT work_id) FROM chunks").fetchone()[0]),
+            "vectors": self.store.count_vectors(),
+            "journal_seq": self._seen_seq,
+            "bm25_applied_seq": self.bm25_index.applied_seq,
+            "bm25_docs": self.bm25_index.num_docs(),
+            "dense_applied_seq": self.dense_index.applied_seq,
+            "dense_vectors": len(self.dense_index),
+            "dense_mode": "hnsw" if self.dense_index.hnsw else "exact",
+            "bm25_fields": sorted(self.bm25_index.fields_present),
+            "model": self.model,
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            self.checkpoint()
+            self.bm25_index.close()
+            self.store.close()
+            self._lock_file.close()
+
+    def __enter__(self) -> EmbeddedEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -1,0 +1,259 @@
+"""SQLite source of truth: chunks, vectors and the ingestion journal (WAL, many writers)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hybridsearch.errors import EngineError
+from hybridsearch.models import Document, Filters
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks(
+    label INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    work_id TEXT NOT NULL,
+    chunk_no INTEGER NOT NULL,
+    doc TEXT NOT NULL,
+    dense_hash TEXT NOT NULL,
+    ym INTEGER,
+    kind TEXT,
+    license TEXT,
+    source TEXT
+);
+CREATE INDEX IF NOT EXISTS chunks_work ON chunks(work_id);
+CREATE TABLE IF NOT EXISTS chunk_subjects(label INTEGER NOT NULL, subject TEXT NOT NULL,
+    PRIMARY KEY(label, subject));
+CREATE INDEX IF NOT EXISTS chunk_subjects_subject ON chunk_subjects(subject);
+CREATE TABLE IF NOT EXISTS vectors(label INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
+    id TEXT NOT NULL, label INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def norm_key(value: str) -> str:
+    """Filter values (subjects, kind, license) compare case-insensitively and trimmed."""
+    return value.strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    seq: int
+    op: str  # "upsert" | "delete" | "vector"
+    id: str
+    label: int
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        try:
+            self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                        timeout=60)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(_SCHEMA)
+        except sqlite3.Error as e:
+            raise EngineError(f"cannot open store {path}: {e}") from e
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- writes -------------------------------------------------------------------------------
+    def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str) -> int:
+        """Upsert chunks (and their vectors) in one transaction; returns the last journal seq."""
+        with self._lock:
+            c = self.conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                for i, d in enumerate(docs):
+                    dense_hash = str(hash_text(d.dense_text))
+                    row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (d.id,)).fetchone()
+                    values = (d.work_id, d.chunk_no, d.model_dump_json(exclude_defaults=True), dense_hash,
+                              _ym(d), _opt(d.kind), _opt(d.license), d.source)
+                    if row is None:
+                        cur = c.execute(
+                            "INSERT INTO chunks(id, work_id, chunk_no, doc, dense_hash, ym, kind, license,"
+                            " source) VALUES (?,?,?,?,?,?,?,?,?)", (d.id, *values))
+                        label = int(cur.lastrowid or 0)
+                    else:
+                        label = row[0]
+                        c.execute("UPDATE chunks SET work_id=?, chunk_no=?, doc=?, dense_hash=?, ym=?,"
+                                  " kind=?, license=?, source=? WHERE label=?", (*values, label))
+                        c.execute("DELETE FROM chunk_subjects WHERE label=?", (label,))
+                        if vectors is None and row[1] != dense_hash:
+                            c.execute("DELETE FROM vectors WHERE label=?", (label,))
+                    c.executemany("INSERT OR IGNORE INTO chunk_subjects VALUES (?,?)",
+                                  [(label, norm_key(s)) for s in d.subjects])
+                    if vectors is not None:
+                        c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
+                                  (label, model, vectors[i].astype(np.float32).tobytes()))
+                    c.execute("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)", (d.id, label))
+                seq = c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0
+                c.execute("COMMIT")
+                return int(seq)
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+
+    def delete(self, ids: Iterable[str]) -> list[str]:
+        with self._lock:
+            c = self.conn
+            deleted: list[str] = []
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                for id_ in ids:
+                    row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
+                    if row is None:
+                        continue
+                    label = row[0]
+                    for table in ("chunks", "chunk_subjects", "vectors"):
+                        c.execute(f"DELETE FROM {table} WHERE label=?", (label,))
+                    c.execute("INSERT INTO journal(op, id, label) VALUES ('delete',?,?)", (id_, label))
+                    deleted.append(id_)
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return deleted
+
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str) -> int:
+        """Store vectors computed after ingest (workers); journal op 'vector'. Unknown ids are skipped."""
+        with self._lock:
+            c = self.conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                for id_, vec in zip(ids, vectors, strict=True):
+                    row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
+                    if row is None:
+                        continue
+                    c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
+                              (row[0], model, np.asarray(vec, dtype=np.float32).tobytes()))
+                    c.execute("INSERT INTO journal(op, id, label) VALUES ('vector',?,?)", (id_, row[0]))
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return self.max_seq()
+
+    # -- reads --------------------------------------------------------------------------------
+    def max_seq(self) -> int:
+        return int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM journal").fetchone()[0])
+
+    def data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def journal_since(self, seq: int) -> list[JournalEntry]:
+        rows = self.conn.execute("SELECT seq, op, id, label FROM journal WHERE seq > ? ORDER BY seq",
+                                 (seq,)).fetchall()
+        return [JournalEntry(*r) for r in rows]
+
+    def docs_by_label(self, labels: Sequence[int]) -> dict[int, Document]:
+        out: dict[int, Document] = {}
+        for chunk in _chunks(labels):
+            q = f"SELECT label, doc FROM chunks WHERE label IN ({','.join('?' * len(chunk))})"
+            for label, doc in self.conn.execute(q, chunk):
+                out[label] = Document.model_validate_json(doc, strict=False)
+        return out
+
+    def docs_by_id(self, ids: Sequence[str]) -> dict[str, Document]:
+        out: dict[str, Document] = {}
+        for chunk in _chunks(ids):
+            q = f"SELECT id, doc FROM chunks WHERE id IN ({','.join('?' * len(chunk))})"
+            for id_, doc in self.conn.execute(q, chunk):
+                out[id_] = Document.model_validate_json(doc, strict=False)
+        return out
+
+    def vectors_by_label(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for chunk in _chunks(labels):
+            q = f"SELECT label, vec FROM vectors WHERE label IN ({','.join('?' * len(chunk))})"
+            for label, blob in self.conn.execute(q, chunk):
+                out[label] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.conn.execute("SELECT label, vec FROM vectors ORDER BY label").fetchall()
+        labels = np.array([r[0] for r in rows], dtype=np.int64)
+        if not rows:
+            return labels, np.zeros((0, 0), dtype=np.float32)
+        return labels, np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+
+    def id_map(self) -> dict[int, str]:
+        return dict(self.conn.execute("SELECT label, id FROM chunks"))
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def count_vectors(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0])
+
+    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]:
+        q = ("SELECT c.id, c.doc FROM chunks c LEFT JOIN vectors v ON v.label = c.label"
+             " WHERE v.label IS NULL ORDER BY c.label")
+        if limit is not None:
+            q += f" LIMIT {int(limit)}"
+        return [(i, Document.model_validate_json(d, strict=False)) for i, d in self.conn.execute(q)]
+
+    def filter_labels(self, f: Filters) -> set[int]:
+        """Labels of chunks that pass the filters (the dense channel's pre-filter)."""
+        where, args = [], []  # type: ignore[var-annotated]
+        if f.date_range is not None:
+            lo, hi = f.date_range.bounds()
+            if lo is not None:
+                where.append("ym >= ?")
+                args.append(lo)
+            if hi is not None:
+                where.append("ym <= ?")
+                args.append(hi)
+        for col, values in (("kind", f.kind), ("license", f.license)):
+            if values:
+                where.append(f"{col} IN ({','.join('?' * len(values))})")
+                args.extend(norm_key(v) for v in values)
+        if f.sources:
+            where.append(f"source IN ({','.join('?' * len(f.sources))})")
+            args.extend(f.sources)
+        if f.subjects:
+            where.append("label IN (SELECT label FROM chunk_subjects WHERE subject IN"
+                         f" ({','.join('?' * len(f.subjects))}))")
+            args.extend(norm_key(s) for s in f.subjects)
+        sql = "SELECT label FROM chunks" + (" WHERE " + " AND ".join(where) if where else "")
+        return {r[0] for r in self.conn.execute(sql, args)}
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: object) -> None:
+        with self._lock:
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+
+def hash_text(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def _ym(d: Document) -> int | None:
+    return None if d.year is None else d.year * 100 + (d.month or 0)
+
+
+def _opt(value: str | None) -> str | None:
+    return None if value is None else norm_key(value)
+
+
+def _chunks(seq: Sequence, size: int = 900):  # type: ignore[no-untyped-def,type-arg]
+    seq = list(seq)
+    for i in range(0, len(seq), size):
+        yield seq[i:i + size]

@@ -1,0 +1,223 @@
+"""Domain models: documents (works and chunks), queries, filters and ranked results."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import pydantic
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hybridsearch.errors import ValidationError
+
+# Canonical scored fields and their BM25 weights (MRP-VM field weights plus khive's tag weight).
+BM25_FIELD_WEIGHTS: dict[str, float] = {
+    "title": 1.5,
+    "text": 1.0,
+    "procedure": 1.0,
+    "utility_acts": 0.8,
+    "utility_note": 0.6,
+    "condition": 0.6,
+    "role": 0.5,
+    "subjects": 1.25,
+}
+TEXT_FIELDS: tuple[str, ...] = tuple(f for f in BM25_FIELD_WEIGHTS if f != "subjects")
+
+
+def check_finite(value: Any, path: str = "") -> None:
+    """Reject NaN and infinities anywhere inside a JSON-like value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"non-finite number {value!r}" + (f" at {path}" if path else ""))
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_finite(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_finite(v, f"{path}[{i}]")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+
+def _alias(*names: str) -> Any:
+    return Field(default="", validation_alias=AliasChoices(*names))
+
+
+class Document(_Model):
+    """One indexable unit: a chunk of a work. A BEIR document is a work of one chunk."""
+
+    id: str = Field(min_length=1)
+    work_id: str = ""
+    chunk_no: int = Field(default=0, ge=0)
+    title: str = _alias("title", "topic")
+    text: str = _alias("text", "claim", "abstract")
+    procedure: str = ""
+    utility_acts: str = _alias("utility_acts", "utilityActs")
+    utility_note: str = _alias("utility_note", "utilityNote")
+    condition: str = ""
+    role: str = ""
+    subjects: list[str] = Field(default_factory=list, validation_alias=AliasChoices("subjects", "tags"))
+    authors: list[str] = Field(default_factory=list)
+    venue: str | None = None
+    year: int | None = Field(default=None, ge=-9999, le=9999)
+    month: int | None = Field(default=None, ge=1, le=12)
+    date: str | None = None
+    kind: str | None = None
+    license: str | None = None
+    cites: list[str] = Field(default_factory=list)
+    source: str | None = Field(default=None, validation_alias=AliasChoices("source", "file"))
+    page: int | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v)
+        return v
+
+    @model_validator(mode="after")
+    def _has_content(self) -> Document:
+        if not self.work_id:
+            self.work_id = self.id
+        if not any(getattr(self, f).strip() for f in TEXT_FIELDS):
+            raise ValueError("title and text are both empty")
+        return self
+
+    @property
+    def dense_text(self) -> str:
+        """The text the dense channel embeds: title + " " + text (BEIR convention)."""
+        return f"{self.title} {self.text}".strip()
+
+
+class Query(_Model):
+    id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_finite(v)
+        return v
+
+    @property
+    def intent(self) -> str | None:
+        value = self.metadata.get("intent")
+        return value if isinstance(value, str) else None
+
+
+class DateRange(_Model):
+    """Inclusive range on (year, month). A bound without a month covers the whole year."""
+
+    gte: str | int | None = None
+    lte: str | int | None = None
+
+    def bounds(self) -> tuple[int | None, int | None]:
+        """The bounds as year*100+month integers, the form the engines index."""
+        return _ym(self.gte, lower=True), _ym(self.lte, lower=False)
+
+
+def _ym(value: str | int | None, *, lower: bool) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    year_s, _, month_s = text.partition("-")
+    if not year_s.isdigit() or (month_s and not month_s.isdigit()):
+        raise ValidationError(f"expected YYYY or YYYY-MM, got {text!r}", field="date_range")
+    month = int(month_s) if month_s else (0 if lower else 12)
+    if not 0 <= month <= 12:
+        raise ValidationError(f"month out of range in {text!r}", field="date_range")
+    return int(year_s) * 100 + month
+
+
+class Filters(_Model):
+    """Filters that mean the same in every channel and on every engine."""
+
+    date_range: DateRange | None = None
+    subjects: list[str] | None = None
+    sources: list[str] | None = None
+    kind: list[str] | None = None
+    license: list[str] | None = None
+
+    def is_empty(self) -> bool:
+        return not any(getattr(self, f) for f in type(self).model_fields)
+
+
+class ChannelScore(_Model):
+    raw: float
+    normalized: float | None = None
+    rank: int = Field(ge=1)
+
+
+class RankedList(BaseModel):
+    """One channel's result: ids with scores, best first. Ranks are 1-based list positions."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    channel: str
+    ids: list[str] = Field(default_factory=list)
+    scores: list[float] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, channel: str, ids: list[str], scores: list[float]) -> RankedList:
+        """Build without validation (hot path); callers pass equal-length, sorted lists."""
+        return cls.model_construct(channel=channel, ids=ids, scores=scores)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def items(self) -> Iterable[tuple[str, float]]:
+        return zip(self.ids, self.scores, strict=True)
+
+
+class Hit(BaseModel):
+    id: str
+    score: float
+    rank: int
+    channels: dict[str, ChannelScore] = Field(default_factory=dict)
+    contributions: dict[str, float] = Field(default_factory=dict)
+    document: Document | None = None
+
+
+class SearchResult(BaseModel):
+    query: str
+    hits: list[Hit] = Field(default_factory=list)
+    diagnostics: dict[str, Any] = Field(default_factory=dict)
+
+
+Bm25Mode = Literal["most_fields", "best_fields"]
+
+
+def validate_record(model: type[_Model], data: Any, *, source: str | None = None,
+                    line: int | None = None) -> Any:
+    """Validate one record, turning pydantic's error into ours (record, field, line)."""
+    if not isinstance(data, Mapping):
+        raise ValidationError(f"expected a JSON object, got {type(data).__name__}",
+                              source=source, line=line)
+    record = data.get("id", data.get("_id"))
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or None
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        raise ValidationError(msg, field=field, source=source, line=line,
+                              record=str(record) if record is not None else None) from None
+
+
+def check_unique_ids(docs: Iterable[Document], *, source: str | None = None) -> None:
+    seen: set[str] = set()
+    for d in docs:
+        if d.id in seen:
+            raise ValidationError("duplicate id in one batch", field="id", source=source, record=d.id)
+        seen.add(d.id)

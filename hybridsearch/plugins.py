@@ -1,0 +1,50 @@
+"""Entry-point plugin registry. Built-ins register through the same entry points as third parties."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from hybridsearch.errors import PluginConflictError, PluginNotFoundError
+
+GROUPS = ("engines", "channels", "fusers", "rerankers", "profiles", "loaders")
+_cache: dict[tuple[str, str], Any] = {}
+
+
+def _group(group: str) -> str:
+    if group not in GROUPS:
+        raise PluginNotFoundError(f"unknown plugin group {group!r}; valid: {', '.join(GROUPS)}")
+    return f"hybridsearch.{group}"
+
+
+def _entries(group: str) -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=_group(group)):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise PluginConflictError(
+                f"two {group} plugins are named {ep.name!r}: {found[ep.name].value} and {ep.value}")
+        found[ep.name] = ep
+    return found
+
+
+def names(group: str) -> list[str]:
+    """Registered plugin names of a group, sorted."""
+    return sorted(_entries(group))
+
+
+def load(group: str, name: str, protocol: type | None = None) -> Any:
+    """Load a plugin by name, once; check it against `protocol` when given."""
+    key = (group, name)
+    if key not in _cache:
+        entries = _entries(group)
+        if name not in entries:
+            valid = ", ".join(sorted(entries)) or "none"
+            raise PluginNotFoundError(f"no {group[:-1]} named {name!r}; valid: {valid}")
+        obj = entries[name].load()
+        if protocol is not None and not (
+            isinstance(obj, protocol) or (isinstance(obj, type) and issubclass(obj, protocol))
+        ):
+            raise PluginNotFoundError(
+                f"{group[:-1]} {name!r} ({entries[name].value}) does not implement {protocol.__name__}")
+        _cache[key] = obj
+    return _cache[key]
