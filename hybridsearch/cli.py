@@ -1,0 +1,217 @@
+"""The `hybridsearch` command. Subcommands import services lazily so that start-up stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hybridsearch.errors import HybridSearchError
+
+DEMO_QUERIES = ("qa-05", "qb-01", "qb-09", "qc-01", "qa-12", "qc-07")
+
+
+def _index_dir(args: argparse.Namespace) -> Path:
+    from hybridsearch.config import get_settings
+
+    return Path(args.index_dir) if args.index_dir else get_settings().index_dir
+
+
+def demo_dir() -> Path:
+    """The bundled demo corpus (BEIR layout) inside the installed package."""
+    return Path(str(resources.files("hybridsearch") / "data" / "demo"))
+
+
+def _channels(value: str | None) -> list[str]:
+    return [c.strip() for c in (value or "").replace("+", ",").split(",") if c.strip()]
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from hybridsearch.embeddings import default_encoder
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from indexer.pipeline import ingest
+
+    with EmbeddedEngine(_index_dir(args)) as engine:
+        enc = None if args.no_embed else default_encoder()
+        summary = ingest(engine, Path(args.path), loader=args.loader, strict=args.strict,
+                         encoder=enc, progress=not args.quiet)
+    print("\n".join(summary.lines()))
+    return 1 if summary.rejected and args.strict else 0
+
+
+def _print_hits(result: Any, show_title: bool = True) -> None:
+    if not result.hits:
+        print(f"  (no results: {result.diagnostics.get('reason', 'nothing matched')})")
+        return
+    channels = sorted({c for h in result.hits for c in h.channels})
+    head = f"  {'#':>3}  {'score':>8}  " + "  ".join(f"{c + ' (rank)':>16}" for c in channels) + "  id / title"
+    print(head)
+    for h in result.hits:
+        cells = []
+        for c in channels:
+            cs = h.channels.get(c)
+            cells.append(f"{'-':>16}" if cs is None else f"{cs.raw:>9.4f} ({cs.rank:>3})")
+        title = f"  {h.document.title[:60]}" if show_title and h.document is not None else ""
+        print(f"  {h.rank:>3}  {h.score:>8.4f}  " + "  ".join(cells) + f"  {h.id}{title}")
+
+
+def _profile_for(args: argparse.Namespace) -> Any:
+    from query_service.searcher import adhoc_profile, get_profile
+
+    if args.channels:
+        return adhoc_profile(_channels(args.channels), args.fuser, args.k)
+    return get_profile(args.profile)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from query_service.searcher import Searcher
+
+    index_dir = _index_dir(args)
+    if not (index_dir / "store.sqlite").exists():
+        raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
+    with EmbeddedEngine(index_dir) as engine:
+        searcher = Searcher(engine)
+        result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True)
+        searcher.close()
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(f"query: {args.query}   ({result.diagnostics['profile']}, {result.diagnostics['ms']:.1f} ms)")
+        _print_hits(result)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from hybridsearch.engines.embedded import EmbeddedEngine
+
+    index_dir = _index_dir(args)
+    if not (index_dir / "store.sqlite").exists():
+        raise HybridSearchError(f"no index at {index_dir}")
+    with EmbeddedEngine(index_dir) as engine:
+        stats = engine.stats()
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        for k, v in stats.items():
+            print(f"{k:>18}: {v}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from query_service.evaluate import format_table, run_eval, run_specs
+
+    dataset = Path(args.dataset)
+    channels = args.channels
+    if not channels and not args.profiles:
+        channels = "bm25,dense,bm25+dense"
+    specs = run_specs(channels, args.fuser, args.profiles)
+    index_dir = Path(args.index_dir) if args.index_dir else Path(".hybridsearch/eval") / dataset.resolve().name
+    results = run_eval(dataset, specs, index_dir=index_dir, split=args.split, progress=not args.quiet,
+                       log=lambda m: print(m, file=sys.stderr))
+    print(format_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from hybridsearch.embeddings import default_encoder
+    from indexer.loaders import load_queries
+    from query_service.evaluate import format_table, prepare_index, run_eval, run_specs
+    from query_service.searcher import Searcher, get_profile
+
+    index_dir = Path(args.index_dir) if args.index_dir else Path(".hybridsearch/demo")
+    data = demo_dir()
+    engine = prepare_index(data, index_dir, need_vectors=True, encoder=default_encoder(),
+                           progress=not args.quiet)
+    queries = {q.id: q for q in load_queries(data)}
+    print(f"demo corpus: {engine.count()} units in {index_dir}\n")
+    searcher = Searcher(engine)
+    profile = get_profile("hybrid")
+    try:
+        for qid in DEMO_QUERIES:
+            q = queries[qid]
+            result = searcher.search(q.text, profile, k=args.k, with_documents=True)
+            print(f"[{q.intent}] {q.text}")
+            _print_hits(result)
+            print()
+    finally:
+        searcher.close()
+        engine.close()
+    specs = run_specs("bm25,dense,bm25+dense", "rrf", None)
+    results = run_eval(data, specs, index_dir=index_dir, progress=False, log=lambda m: None)
+    print("demo judgements (graded, test split):")
+    print(format_table(results))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hybridsearch", description="Hybrid search for scientific "
+                                "and mathematical corpora (embedded engine by default).")
+    p.add_argument("--index-dir", help="index directory (default: $HYBRIDSEARCH_INDEX_DIR or "
+                   ".hybridsearch/index)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("ingest", help="load, validate, embed and index a corpus")
+    s.add_argument("path")
+    s.add_argument("--loader", choices=["jsonl", "beir", "atlas", "textdir"],
+                   help="default: guessed from the path")
+    s.add_argument("--strict", action="store_true", help="stop at the first bad record")
+    s.add_argument("--no-embed", action="store_true", help="skip embeddings (BM25 only until "
+                   "vectors are added)")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("search", help="search the index")
+    s.add_argument("query")
+    s.add_argument("--channels", help="channels to combine, e.g. bm25,dense (overrides --profile)")
+    s.add_argument("--fuser", default="rrf")
+    s.add_argument("--profile", default="hybrid")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_search)
+
+    s = sub.add_parser("stats", help="index statistics")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+
+    s = sub.add_parser("eval", help="evaluate on a BEIR dataset")
+    s.add_argument("dataset")
+    s.add_argument("--channels", help="bm25,dense = one run each; bm25+dense = one fused run")
+    s.add_argument("--fuser", default="rrf")
+    s.add_argument("--profiles", help="comma-separated profile names, one run each")
+    s.add_argument("--json", metavar="OUT", help="write {run: metrics} JSON here")
+    s.add_argument("--split", default="test")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("demo", help="index the bundled demo corpus and answer sample queries")
+    s.add_argument("-k", type=int, default=5)
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    if getattr(args, "k", 1) is not None and getattr(args, "k", 1) < 1:
+        print("error: -k must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except HybridSearchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,393 @@
+"""Loaders (plugins, group `hybridsearch.loaders`): JSONL, BEIR, Atlas markdown, text directories.
+
+A loader yields valid Documents. A bad record is reported with its file and line and skipped,
+so the rest of the file still loads; with `strict=True` the first bad record raises instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from hybridsearch.errors import ValidationError
+from hybridsearch.models import Document, Query, check_finite, validate_record
+
+MONTHS = {m: i for i, m in enumerate(
+    "january february march april may june july august september october november december".split(), 1)}
+_MODEL_FIELDS = set(Document.model_fields) | {"topic", "claim", "abstract", "tags", "file",
+                                              "utilityActs", "utilityNote"}
+
+
+@dataclass
+class LoadReport:
+    """What a load saw: accepted documents and rejected records with their reasons."""
+
+    loaded: int = 0
+    rejected: list[ValidationError] = field(default_factory=list)
+
+    def reject(self, err: ValidationError, strict: bool) -> None:
+        if strict:
+            raise err
+        self.rejected.append(err)
+
+
+@runtime_checkable
+class Loader(Protocol):
+    name: ClassVar[str]
+
+    def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]: ...
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValidationError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
+    except OSError as e:
+        raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            yield lineno, line
+
+
+def _json_records(path: Path, report: LoadReport, strict: bool) -> Iterator[tuple[int, Any]]:
+    for lineno, line in _read_lines(path):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            report.reject(ValidationError(f"invalid JSON: {e.msg} (column {e.colno})",
+                                          source=str(path), line=lineno), strict)
+            continue
+        yield lineno, obj
+
+
+def _unique(docs: Iterator[tuple[int, Document]], path: Path, report: LoadReport,
+            strict: bool) -> Iterator[Document]:
+    seen: set[str] = set()
+    for lineno, d in docs:
+        if d.id in seen:
+            report.reject(ValidationError("duplicate id in one batch", field="id", record=d.id,
+                                          source=str(path), line=lineno), strict)
+            continue
+        seen.add(d.id)
+        report.loaded += 1
+        yield d
+
+
+class JsonlLoader:
+    """One Document per line in our own schema (canonical names or their aliases)."""
+
+    name: ClassVar[str] = "jsonl"
+
+    def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
+        def parsed() -> Iterator[tuple[int, Document]]:
+            for lineno, obj in _json_records(path, report, strict):
+                try:
+                    yield lineno, validate_record(Document, obj, source=str(path), line=lineno)
+                except ValidationError as e:
+                    report.reject(e, strict)
+
+        yield from _unique(parsed(), path, report, strict)
+
+
+def parse_date(text: str) -> tuple[int | None, int | None]:
+    """Year and month from free text: "CACM December, 1958" -> (1958, 12); "2021-03-05" -> (2021, 3)."""
+    m = re.search(r"\b(\d{4})-(\d{1,2})(?:-\d{1,2})?\b", text)
+    if m and 1 <= int(m.group(2)) <= 12:
+        return int(m.group(1)), int(m.group(2))
+    year_m = re.search(r"\b(1[5-9]\d\d|20\d\d)\b", text)
+    month = next((MONTHS[w] for w in re.findall(r"[a-z]+", text.lower()) if w in MONTHS), None)
+    if month is None:
+        month = next((i for w in re.findall(r"[a-z]{3,}", text.lower())
+                      for name, i in MONTHS.items() if name.startswith(w) and len(w) >= 3), None)
+    return (int(year_m.group(1)) if year_m else None), (month if year_m else None)
+
+
+def _as_list(value: Any, fieldname: str) -> list[str]:
+    if isinstance(value, str):
+        return [p.strip() for p in re.split(r"[;,]", value) if p.strip()]
+    if isinstance(value, list) and all(isinstance(v, str | int) for v in value):
+        return [str(v) for v in value]
+    raise ValueError(f"metadata.{fieldname}: expected a string or a list of strings")
+
+
+def beir_record(obj: Any) -> dict[str, Any]:
+    """Map a BEIR corpus line onto our schema: recognised metadata keys become fields."""
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object")
+    meta = obj.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise ValueError("metadata: expected an object")
+    check_finite(meta)
+    out: dict[str, Any] = {k: v for k, v in obj.items() if k in _MODEL_FIELDS and k != "metadata"}
+    if "_id" in obj:
+        out["id"] = obj["_id"] if not isinstance(obj["_id"], int) else str(obj["_id"])
+    rest: dict[str, Any] = {}
+    subjects: list[str] = list(out.get("subjects", []))
+    for key, value in meta.items():
+        k = key.lower()
+        if k in ("subjects", "tags", "keywords", "categories"):
+            subjects.extend(_as_list(value, key))
+        elif k in ("authors", "cites"):
+            out[k] = _as_list(value, key)
+        elif k == "year":
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                value = int(value)
+            out["year"] = value
+        elif k == "date":
+            if not isinstance(value, str):
+                raise ValueError("metadata.date: expected a string")
+            out["date"] = value
+            year, month = parse_date(value)
+            if year is not None:
+                out.setdefault("year", year)
+                out.setdefault("month", month)
+        elif k in ("venue", "kind", "license"):
+            out[k] = value
+        else:
+            rest[key] = value
+    if subjects:
+        out["subjects"] = list(dict.fromkeys(subjects))
+    out["metadata"] = rest
+    return out
+
+
+class BeirLoader:
+    """A BEIR dataset directory (corpus.jsonl) or a corpus file. Reads links.tsv as citations."""
+
+    name: ClassVar[str] = "beir"
+
+    def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
+        corpus = path / "corpus.jsonl" if path.is_dir() else path
+        links = load_links(corpus.parent / "links.tsv")
+
+        def parsed() -> Iterator[tuple[int, Document]]:
+            for lineno, obj in _json_records(corpus, report, strict):
+                try:
+                    rec = beir_record(obj)
+                    cited = links.get(str(rec.get("id")))
+                    if cited:
+                        rec["cites"] = list(dict.fromkeys([*rec.get("cites", []), *cited]))
+                    yield lineno, validate_record(Document, rec, source=str(corpus), line=lineno)
+                except ValueError as e:
+                    report.reject(ValidationError(str(e), source=str(corpus), line=lineno,
+                                                  record=str(obj.get("_id")) if isinstance(obj, dict) else None),
+                                  strict)
+                except ValidationError as e:
+                    report.reject(e, strict)
+
+        yield from _unique(parsed(), corpus, report, strict)
+
+
+def load_links(path: Path) -> dict[str, list[str]]:
+    """Undirected citation pairs `a<TAB>b`; both documents list each other in `cites`.
+    (Direction is left to the citation channel, which treats edges as undirected.)"""
+    if not path.exists():
+        return {}
+    out: dict[str, list[str]] = {}
+    for lineno, line in _read_lines(path):
+        parts = line.split("\t")
+        if lineno == 1 and not parts[0].strip().isdigit() and "id" in parts[0]:
+            continue
+        if len(parts) != 2:
+            raise ValidationError("expected two tab-separated ids", source=str(path), line=lineno)
+        a, b = parts[0].strip(), parts[1].strip()
+        out.setdefault(a, []).append(b)
+        out.setdefault(b, []).append(a)
+    return out
+
+
+def load_queries(path: Path) -> list[Query]:
+    """BEIR queries.jsonl; metadata (such as `intent`) is kept."""
+    qfile = path / "queries.jsonl" if path.is_dir() else path
+    out = []
+    for lineno, line in _read_lines(qfile):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValidationError(f"invalid JSON: {e.msg}", source=str(qfile), line=lineno) from e
+        if isinstance(obj, dict):
+            obj = {("id" if k == "_id" else k): (str(v) if k == "_id" else v) for k, v in obj.items()
+                   if k in ("_id", "id", "text", "metadata")}
+        out.append(validate_record(Query, obj, source=str(qfile), line=lineno))
+    return out
+
+
+def load_qrels(path: Path, split: str = "test") -> dict[str, dict[str, int]]:
+    """BEIR qrels/<split>.tsv (header optional, CRLF tolerated) -> {query: {doc: grade}}."""
+    qfile = path / "qrels" / f"{split}.tsv" if path.is_dir() else path
+    if not qfile.exists():
+        raise ValidationError(f"no qrels for split {split!r}", source=str(qfile))
+    out: dict[str, dict[str, int]] = {}
+    for lineno, line in _read_lines(qfile):
+        parts = line.strip().split("\t")
+        if lineno == 1 and parts[0] == "query-id":
+            continue
+        if len(parts) == 4:  # TREC format: qid 0 docid grade
+            parts = [parts[0], parts[2], parts[3]]
+        if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+            raise ValidationError("expected query-id<TAB>corpus-id<TAB>score", source=str(qfile),
+                                  line=lineno)
+        out.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    return out
+
+
+_SECTION_ALIASES: dict[str, tuple[str, ...]] = {
+    "definition": ("definition", "definitions", "def", "defn"),
+    "theorem": ("theorem", "theorems", "statement", "main result", "result", "proposition"),
+    "lemma": ("lemma", "lemmas"),
+    "proof": ("proof", "proof sketch", "sketch", "argument"),
+    "example": ("example", "examples", "illustration"),
+    "procedure": ("procedure", "algorithm", "method", "steps", "how to", "recipe"),
+    "condition": ("condition", "conditions", "hypotheses", "assumptions", "prerequisites", "when it applies"),
+    "summary": ("summary", "overview", "abstract", "tl;dr", "synopsis"),
+    "reference": ("references", "reference", "see also", "further reading", "bibliography"),
+    "history": ("history", "background", "context", "origins"),
+    "usage": ("usage", "uses", "applications", "when to use", "utility"),
+}
+
+
+def section_type(heading: str) -> str:
+    """Map a `## Heading` to a section type through loose aliases; unmatched headings are `other`."""
+    h = re.sub(r"[^a-z; ]+", " ", heading.lower()).strip()
+    h = re.sub(r"\s+", " ", h)
+    for kind, aliases in _SECTION_ALIASES.items():
+        if h in aliases or any(h.startswith(a + " ") or h.endswith(" " + a) for a in aliases):
+            return kind
+    return "other"
+
+
+def parse_atlas(text: str) -> tuple[str | None, str, str, list[tuple[str, str, str]]]:
+    """Atlas markdown -> (atlas_id, title, body before the first `##`, [(heading, type, content)])."""
+    lines = text.splitlines()
+    atlas_id = None
+    for i, line in enumerate(lines[:32]):
+        m = re.match(r"^\s*atlas_id\s*:\s*(\S+)\s*$", line)
+        if m:
+            atlas_id = m.group(1).strip("\"'")
+            del lines[i]
+            break
+    title, body, sections = "", [], []  # type: ignore[var-annotated]
+    current: list[str] | None = None
+    for line in lines:
+        if line.strip() == "---":
+            continue
+        if line.startswith("# ") and not title:
+            title = line[2:].strip()
+        elif line.startswith("## "):
+            heading = line[3:].strip()
+            current = []
+            sections.append((heading, section_type(heading), current))
+        elif current is not None:
+            current.append(line)
+        else:
+            body.append(line)
+    return atlas_id, title, "\n".join(body).strip(), [(h, t, "\n".join(c).strip()) for h, t, c in sections]
+
+
+class AtlasLoader:
+    """Atlas markdown files (a file or a directory of `.md`). Strategy `section` (default): one
+    atom document plus one per section; `atom`: one document with the full content."""
+
+    name: ClassVar[str] = "atlas"
+
+    def __init__(self, strategy: str = "section") -> None:
+        if strategy not in ("section", "atom"):
+            raise ValidationError(f"chunk strategy must be one of section, atom; got {strategy!r}",
+                                  field="strategy")
+        self.strategy = strategy
+
+    def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
+        files = sorted(path.rglob("*.md")) if path.is_dir() else [path]
+        for f in files:
+            try:
+                docs = self._file(f, path if path.is_dir() else f.parent)
+            except ValidationError as e:
+                report.reject(e, strict)
+                continue
+            report.loaded += len(docs)
+            yield from docs
+
+    def _file(self, f: Path, root: Path) -> list[Document]:
+        text = "\n".join(line for _, line in _read_lines(f)) if f.stat().st_size else ""
+        atlas_id, title, body, sections = parse_atlas(text)
+        if not title:
+            raise ValidationError("missing '# Title' line", source=str(f), field="title")
+        work_id = atlas_id or f.relative_to(root).with_suffix("").as_posix()
+        meta: dict[str, Any] = {"atlas_id": atlas_id, "source_uri": f"atlas:{atlas_id}"} if atlas_id else {}
+        common = {"work_id": work_id, "source": f.name, "metadata": meta}
+        if self.strategy == "atom":
+            full = "\n\n".join([body] + [f"{h}\n{c}" for h, _, c in sections]).strip()
+            return [self._doc(f, {"id": work_id, "title": title, "text": full or title, **common})]
+        docs = [self._doc(f, {"id": work_id, "title": title, "text": body or title, **common})]
+        for n, (heading, kind, content) in enumerate(sections, 1):
+            if not content:
+                continue
+            rec: dict[str, Any] = {"id": f"{work_id}#{n}", "chunk_no": n, "title": f"{title}: {heading}",
+                                   "text": content, "kind": kind, **common,
+                                   "metadata": {**meta, "section": heading, "section_type": kind}}
+            if kind in ("procedure", "condition"):
+                rec[kind] = content
+            docs.append(self._doc(f, rec))
+        return docs
+
+    @staticmethod
+    def _doc(f: Path, rec: dict[str, Any]) -> Document:
+        result: Document = validate_record(Document, rec, source=str(f))
+        return result
+
+
+class TextDirLoader:
+    """A directory of `.md` / `.txt` files: one document each; the first line is the title."""
+
+    name: ClassVar[str] = "textdir"
+
+    def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
+        files = sorted(p for p in (path.rglob("*") if path.is_dir() else [path])
+                       if p.suffix in (".md", ".txt") and p.is_file())
+        root = path if path.is_dir() else path.parent
+        for f in files:
+            try:
+                lines = [line for _, line in _read_lines(f)]
+                if not lines:
+                    raise ValidationError("empty file", source=str(f), field="text")
+                title = lines[0].lstrip("#").strip()
+                text = "\n".join(lines[1:]).strip() or title
+                rel = f.relative_to(root).as_posix()
+                doc = validate_record(Document, {"id": rel, "title": title, "text": text,
+                                                 "source": rel}, source=str(f))
+            except ValidationError as e:
+                report.reject(e, strict)
+                continue
+            report.loaded += 1
+            yield doc
+
+
+def detect_loader(path: Path) -> str:
+    """Guess the loader for a path: BEIR directory, JSONL file, Atlas markdown or text directory."""
+    if path.is_dir():
+        if (path / "corpus.jsonl").exists():
+            return "beir"
+        mds = list(path.rglob("*.md"))[:20]
+        if mds and all(_looks_atlas(p) for p in mds):
+            return "atlas"
+        return "textdir"
+    if path.name == "corpus.jsonl":
+        return "beir"
+    if path.suffix == ".jsonl":
+        return "jsonl"
+    if path.suffix == ".md" and _looks_atlas(path):
+        return "atlas"
+    return "textdir"
+
+
+def _looks_atlas(p: Path) -> bool:
+    try:
+        head = p.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
+    return bool(re.search(r"^# \S", head, re.M)) and bool(re.search(r"^## \S", head, re.M))

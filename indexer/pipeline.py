@@ -1,0 +1,96 @@
+"""Ingestion: load -> validate -> (embed) -> store through the engine's journal, in batches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+from tqdm import tqdm
+
+from hybridsearch import plugins
+from hybridsearch.embeddings import Encoder
+from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.errors import ValidationError
+from hybridsearch.models import Document
+from indexer.loaders import Loader, LoadReport, detect_loader
+
+BATCH = 1024
+
+
+@dataclass
+class IngestSummary:
+    loaded: int = 0
+    rejected: list[ValidationError] = field(default_factory=list)
+    indexed: int = 0
+    embedded: int = 0
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = [f"loaded {self.loaded}, rejected {len(self.rejected)}, indexed {self.indexed}, "
+               f"embedded {self.embedded}, in {self.seconds:.1f}s"]
+        out += [f"  rejected: {e}" for e in self.rejected[:20]]
+        if len(self.rejected) > 20:
+            out.append(f"  ... and {len(self.rejected) - 20} more")
+        return out
+
+
+def _batches(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def load_documents(path: Path, loader: str | None, report: LoadReport, *,
+                   strict: bool = False) -> Iterator[Document]:
+    name = loader or detect_loader(path)
+    if not path.exists():
+        raise ValidationError("no such file or directory", source=str(path))
+    impl: Loader = plugins.load("loaders", name)()
+    return impl.load(path, report, strict=strict)
+
+
+def ingest(engine: EmbeddedEngine, path: Path, *, loader: str | None = None, strict: bool = False,
+           encoder: Encoder | None = None, progress: bool = True, batch_size: int = BATCH) -> IngestSummary:
+    """Index a corpus. With an encoder, each batch is embedded before it is written, so an
+    acknowledged document is searchable in every channel at once."""
+    start = time.perf_counter()
+    report = LoadReport()
+    summary = IngestSummary()
+    bar = tqdm(desc="ingest", unit="doc", disable=not progress, leave=False)
+    try:
+        for batch in _batches(load_documents(path, loader, report, strict=strict), batch_size):
+            vectors = encoder.encode([d.dense_text for d in batch]) if encoder is not None else None
+            engine.write(batch, vectors)
+            summary.indexed += len(batch)
+            summary.embedded += 0 if vectors is None else len(batch)
+            bar.update(len(batch))
+    finally:
+        bar.close()
+    summary.loaded, summary.rejected = report.loaded, report.rejected
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def embed_missing(engine: EmbeddedEngine, encoder: Encoder, *, progress: bool = True,
+                  batch_size: int = BATCH) -> int:
+    """Embed every stored chunk that has no vector yet (resumable: done batches stay done)."""
+    missing = engine.missing_vectors()
+    bar = tqdm(total=len(missing), desc="embed", unit="doc", disable=not progress or not missing,
+               leave=False)
+    try:
+        for i in range(0, len(missing), batch_size):
+            chunk = missing[i:i + batch_size]
+            embed_ids(engine, encoder, [d for _, d in chunk])
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+    return len(missing)
+
+
+def embed_ids(engine: EmbeddedEngine, encoder: Encoder, docs: Sequence[Document]) -> None:
+    """Embed the given documents and store their vectors (the body of the worker task)."""
+    vectors = encoder.encode([d.dense_text for d in docs])
+    engine.set_vectors([d.id for d in docs], vectors)

@@ -1,0 +1,102 @@
+"""Retrieval channels (plugins, group `hybridsearch.channels`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hybridsearch.embeddings import Encoder, default_encoder
+from hybridsearch.engines import LexicalSearch, VectorSearch
+from hybridsearch.errors import UnsupportedCapabilityError
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Filters, RankedList
+
+
+class ChannelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _finite(cls, v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+class QueryContext:
+    """One query as the channels see it; the embedding is computed once, on first use."""
+
+    def __init__(self, text: str, filters: Filters | None = None, encoder: Encoder | None = None) -> None:
+        self.text = text
+        self.filters = filters
+        self._encoder = encoder
+        self._vector: np.ndarray | None = None
+
+    @property
+    def vector(self) -> np.ndarray:
+        if self._vector is None:
+            enc = self._encoder or default_encoder()
+            self._vector = enc.encode([self.text])[0]
+        return self._vector
+
+
+@runtime_checkable
+class Channel(Protocol):
+    name: ClassVar[str]
+
+    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList: ...
+
+
+class Bm25Config(ChannelConfig):
+    mode: Bm25Mode = "most_fields"
+    tie_breaker: float = Field(default=0.5, ge=0.0, le=1.0)
+    role_boost: float = Field(default=1.0, ge=0.0)
+    fields: dict[str, float] = Field(default_factory=lambda: dict(BM25_FIELD_WEIGHTS))
+
+    @field_validator("fields")
+    @classmethod
+    def _fields(cls, v: dict[str, float]) -> dict[str, float]:
+        for f, w in v.items():
+            if f not in BM25_FIELD_WEIGHTS:
+                raise ValueError(f"unknown field {f!r}; valid: {', '.join(BM25_FIELD_WEIGHTS)}")
+            if not math.isfinite(w) or w < 0:
+                raise ValueError(f"weight of {f!r} must be a finite number >= 0")
+        return v
+
+
+class Bm25Channel:
+    """Field-boosted BM25 over the engine's lexical capability."""
+
+    name: ClassVar[str] = "bm25"
+    Config = Bm25Config
+
+    def __init__(self, config: Bm25Config | None = None) -> None:
+        self.config = config or Bm25Config()
+
+    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
+        if not isinstance(engine, LexicalSearch):
+            raise UnsupportedCapabilityError("the bm25 channel needs an engine with lexical search")
+        c = self.config
+        return engine.bm25(query.text, c.fields, k, query.filters, mode=c.mode,
+                           tie_breaker=c.tie_breaker, role_boost=c.role_boost)
+
+
+class DenseConfig(ChannelConfig):
+    pass
+
+
+class DenseChannel:
+    """kNN over all-MiniLM-L6-v2 vectors; scores are raw cosine."""
+
+    name: ClassVar[str] = "dense"
+    Config = DenseConfig
+
+    def __init__(self, config: DenseConfig | None = None) -> None:
+        self.config = config or DenseConfig()
+
+    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
+        if not isinstance(engine, VectorSearch):
+            raise UnsupportedCapabilityError("the dense channel needs an engine with vector search")
+        return engine.knn(query.vector, k, query.filters)

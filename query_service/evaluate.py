@@ -1,0 +1,120 @@
+"""`hybridsearch eval`: build or reuse an index for a BEIR dataset, run each run's queries, score."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from hybridsearch.embeddings import Encoder, default_encoder
+from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.errors import ValidationError
+from hybridsearch.metrics import evaluate, percentile
+from indexer.loaders import load_qrels, load_queries
+from indexer.pipeline import IngestSummary, embed_missing, ingest
+from query_service.profiles import Profile
+from query_service.searcher import Searcher, adhoc_profile, get_profile
+
+DEPTH = 100
+
+
+@dataclass
+class RunSpec:
+    name: str
+    profile: Profile
+
+
+def run_specs(channels: str | None, fuser: str, profiles: str | None) -> list[RunSpec]:
+    """`a,b` = separate runs; `a+b` = one fused run named `a+b:fuser`; profiles by name."""
+    specs: list[RunSpec] = []
+    for item in (channels or "").split(","):
+        item = item.strip()
+        if item:
+            names = [c.strip() for c in item.split("+") if c.strip()]
+            prof = adhoc_profile(names, fuser, DEPTH)
+            specs.append(RunSpec(prof.name, prof))
+    for name in (profiles or "").split(","):
+        name = name.strip()
+        if name:
+            prof = get_profile(name).model_copy(update={"max_results": DEPTH})
+            specs.append(RunSpec(name, prof))
+    return specs
+
+
+def corpus_fingerprint(dataset: Path) -> str:
+    corpus = dataset / "corpus.jsonl"
+    st = corpus.stat()
+    h = hashlib.sha256(f"{corpus.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def prepare_index(dataset: Path, index_dir: Path, *, need_vectors: bool, encoder: Encoder | None,
+                  progress: bool = True, log: Callable[[str], None] = print) -> EmbeddedEngine:
+    """Open the index for `dataset`, building it on first use and embedding what is missing."""
+    if not (dataset / "corpus.jsonl").exists():
+        raise ValidationError("not a BEIR dataset (no corpus.jsonl)", source=str(dataset))
+    engine = EmbeddedEngine(index_dir)
+    fp = corpus_fingerprint(dataset)
+    if engine.store.get_meta("corpus") != json.dumps(fp):
+        if engine.count():
+            engine.close()
+            raise ValidationError(f"index dir holds another corpus; choose another --index-dir",
+                                  source=str(index_dir))
+        summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
+        engine.store.set_meta("corpus", fp)
+        log(f"indexed {dataset}: " + summary.lines()[0])
+    if need_vectors and engine.store.count_vectors() < engine.count():
+        t = time.perf_counter()
+        n = embed_missing(engine, encoder or default_encoder(), progress=progress)
+        engine.checkpoint()
+        log(f"embedded {n} documents in {time.perf_counter() - t:.1f}s")
+    return engine
+
+
+def run_eval(dataset: Path, specs: Sequence[RunSpec], *, index_dir: Path, split: str = "test",
+             encoder: Encoder | None = None, progress: bool = True,
+             log: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
+    qrels = load_qrels(dataset, split)
+    queries = [q for q in load_queries(dataset) if q.id in qrels]
+    if not queries:
+        raise ValidationError(f"no queries of split {split!r} found", source=str(dataset))
+    need_vectors = any("dense" in s.profile.channels for s in specs)
+    engine = prepare_index(dataset, index_dir, need_vectors=need_vectors, encoder=encoder,
+                           progress=progress, log=log)
+    enc = encoder or (default_encoder() if need_vectors else None)
+    searcher = Searcher(engine, encoder=enc)
+    results: dict[str, dict[str, float]] = {}
+    try:
+        if need_vectors and queries:
+            searcher.search(queries[0].text, adhoc_profile(["dense"], k=1))  # load the model first
+        for spec in specs:
+            run: dict[str, list[str]] = {}
+            latencies: list[float] = []
+            for q in tqdm(queries, desc=spec.name, unit="q", disable=not progress, leave=False):
+                t = time.perf_counter()
+                res = searcher.search(q.text, spec.profile, k=DEPTH)
+                latencies.append((time.perf_counter() - t) * 1000)
+                run[q.id] = [h.id for h in res.hits]
+            metrics = evaluate(run, qrels)
+            metrics["p50_ms"] = percentile(latencies, 50)
+            metrics["p95_ms"] = percentile(latencies, 95)
+            results[spec.name] = metrics
+    finally:
+        searcher.close()
+        engine.close()
+    return results
+
+
+def format_table(results: dict[str, dict[str, float]]) -> str:
+    cols = ["ndcg@10", "recall@20", "recall@100", "mrr@10", "p50_ms", "p95_ms"]
+    width = max([len("run")] + [len(n) for n in results])
+    lines = [f"{'run':<{width}}  " + "  ".join(f"{c:>10}" for c in cols)]
+    for name, m in results.items():
+        lines.append(f"{name:<{width}}  " + "  ".join(
+            f"{m[c]:>10.2f}" if c.endswith("_ms") else f"{m[c]:>10.4f}" for c in cols))
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""The Searcher: the one orchestrator. It runs a profile's channels, fuses and explains."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from hybridsearch import plugins
+from hybridsearch.embeddings import Encoder
+from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
+from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
+from query_service.channels import Channel, QueryContext
+from query_service.fusion import Fuser
+from query_service.profiles import ChannelSpec, Profile
+
+
+def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
+    """A profile for an explicit channel list, named like eval runs: `bm25+dense:rrf`."""
+    name = "+".join(channels) + (f":{fuser}" if len(channels) > 1 else "")
+    return Profile(name=name, channels={c: ChannelSpec(k=k) for c in channels}, fuser=fuser,
+                   max_results=k)
+
+
+def get_profile(name: str) -> Profile:
+    prof = plugins.load("profiles", name)
+    if not isinstance(prof, Profile):
+        raise ConfigError(f"profile {name!r} is not a Profile")
+    return prof
+
+
+class Searcher:
+    def __init__(self, engine: Any, *, encoder: Encoder | None = None) -> None:
+        self.engine = engine
+        self.encoder = encoder
+        self._channels: dict[tuple[str, str], Channel] = {}
+        self._fusers: dict[tuple[str, str], Fuser] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _channel(self, name: str, spec: ChannelSpec) -> Channel:
+        key = (name, repr(sorted(spec.config.items())))
+        if key not in self._channels:
+            cls = plugins.load("channels", name)
+            try:
+                self._channels[key] = cls(cls.Config(**spec.config))
+            except ValueError as e:
+                raise ConfigError(f"channel {name!r}: {e}") from e
+        return self._channels[key]
+
+    def _fuser(self, profile: Profile) -> Fuser:
+        key = (profile.fuser, repr(sorted(profile.fuser_config.items())))
+        if key not in self._fusers:
+            cls = plugins.load("fusers", profile.fuser)
+            try:
+                self._fusers[key] = cls(cls.Config(**profile.fuser_config))
+            except ValueError as e:
+                raise ConfigError(f"fuser {profile.fuser!r}: {e}") from e
+        return self._fusers[key]
+
+    def search(self, query: str, profile: Profile | str = "hybrid", *, k: int | None = None,
+               filters: Filters | None = None, with_documents: bool = False) -> SearchResult:
+        if not query or not query.strip():
+            raise QueryError("query text is empty")
+        prof = get_profile(profile) if isinstance(profile, str) else profile
+        limit = k if k is not None else prof.max_results
+        if limit < 1:
+            raise QueryError(f"k must be >= 1, got {limit}")
+        diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
+        ctx = QueryContext(query, filters, self.encoder)
+        t0 = time.perf_counter()
+        lists = self._run_channels(prof, ctx)
+        diag["stages"]["channels"] = {"ms": _ms(t0), "hits": {c: len(rl) for c, rl in lists.items()}}
+        t1 = time.perf_counter()
+        if len(lists) == 1:
+            (channel, rl), = lists.items()
+            ids, scores = rl.ids[:limit], rl.scores[:limit]
+            contributions = [{channel: s} for s in scores]
+        else:
+            fused = self._fuser(prof).fuse(lists, limit)
+            ids, scores, contributions = fused.ids, fused.scores, fused.contributions
+        diag["stages"]["fuse"] = {"ms": _ms(t1), "hits": len(ids)}
+        hits = _explain(ids, scores, contributions, lists)
+        if with_documents and hits:
+            docs = self.engine.get([h.id for h in hits])
+            for h in hits:
+                h.document = docs.get(h.id)
+        diag["ms"] = _ms(t0)
+        if not hits:
+            diag["reason"] = "no channel returned a match"
+        return SearchResult(query=query, hits=hits, diagnostics=diag)
+
+    def _run_channels(self, prof: Profile, ctx: QueryContext) -> dict[str, RankedList]:
+        specs = list(prof.channels.items())
+        chans = [(name, self._channel(name, spec), spec.k) for name, spec in specs]
+        try:
+            if len(chans) == 1:
+                name, ch, kk = chans[0]
+                return {name: ch.retrieve(ctx, self.engine, kk)}
+            if any(name == "dense" for name, _, _ in chans):
+                _ = ctx.vector  # embed once, before the parallel calls
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="channel")
+            futures = {name: self._pool.submit(ch.retrieve, ctx, self.engine, kk) for name, ch, kk in chans}
+            return {name: f.result() for name, f in futures.items()}
+        except HybridSearchError:
+            raise
+        except (ValueError, RuntimeError) as e:
+            raise QueryError(f"search failed: {e}") from e
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+def _explain(ids: list[str], scores: list[float], contributions: list[dict[str, float]],
+             lists: dict[str, RankedList]) -> list[Hit]:
+    """Per hit and channel: raw score, min-max normalised score and 1-based rank."""
+    per_channel: dict[str, dict[str, ChannelScore]] = {}
+    for channel, rl in lists.items():
+        if not rl.scores:
+            continue
+        hi, lo = max(rl.scores), min(rl.scores)
+        table: dict[str, ChannelScore] = {}
+        for rank, (id_, s) in enumerate(rl.items(), 1):
+            if id_ not in table:
+                norm = 1.0 if hi == lo else (s - lo) / (hi - lo)
+                table[id_] = ChannelScore.model_construct(raw=s, normalized=norm, rank=rank)
+        per_channel[channel] = table
+    hits = []
+    for rank, (id_, score, contrib) in enumerate(zip(ids, scores, contributions, strict=True), 1):
+        chans = {c: t[id_] for c, t in per_channel.items() if id_ in t}
+        hits.append(Hit.model_construct(id=id_, score=score, rank=rank, channels=chans,
+                                        contributions=contrib, document=None))
+    return hits
+
+
+def _ms(t: float) -> float:
+    return round((time.perf_counter() - t) * 1000, 3)
