@@ -35,6 +35,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import ingest
 
+    if not Path(args.path).exists():
+        raise HybridSearchError(f"{args.path}: no such file or directory")
     with EmbeddedEngine(_index_dir(args)) as engine:
         enc = None if args.no_embed else default_encoder()
         summary = ingest(engine, Path(args.path), loader=args.loader, strict=args.strict,
@@ -153,11 +155,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hybridsearch", description="Hybrid search for scientific "
                                 "and mathematical corpora (embedded engine by default).")
-    p.add_argument("--index-dir", help="index directory (default: $HYBRIDSEARCH_INDEX_DIR or "
-                   ".hybridsearch/index)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--index-dir", default=argparse.SUPPRESS,
+                        help="index directory (default: $HYBRIDSEARCH_INDEX_DIR or .hybridsearch/index; "
+                        "eval: .hybridsearch/eval/<dataset>; demo: .hybridsearch/demo)")
+    p.add_argument("--index-dir", default=None, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("ingest", help="load, validate, embed and index a corpus")
+    s = sub.add_parser("ingest", parents=[common], help="load, validate, embed and index a corpus")
     s.add_argument("path")
     s.add_argument("--loader", choices=["jsonl", "beir", "atlas", "textdir"],
                    help="default: guessed from the path")
@@ -167,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_ingest)
 
-    s = sub.add_parser("search", help="search the index")
+    s = sub.add_parser("search", parents=[common], help="search the index")
     s.add_argument("query")
     s.add_argument("--channels", help="channels to combine, e.g. bm25,dense (overrides --profile)")
     s.add_argument("--fuser", default="rrf")
@@ -176,11 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
-    s = sub.add_parser("stats", help="index statistics")
+    s = sub.add_parser("stats", parents=[common], help="index statistics")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stats)
 
-    s = sub.add_parser("eval", help="evaluate on a BEIR dataset")
+    s = sub.add_parser("eval", parents=[common], help="evaluate on a BEIR dataset")
     s.add_argument("dataset")
     s.add_argument("--channels", help="bm25,dense = one run each; bm25+dense = one fused run")
     s.add_argument("--fuser", default="rrf")
@@ -190,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_eval)
 
-    s = sub.add_parser("demo", help="index the bundled demo corpus and answer sample queries")
+    s = sub.add_parser("demo", parents=[common], help="index the bundled demo corpus and answer sample queries")
     s.add_argument("-k", type=int, default=5)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_demo)

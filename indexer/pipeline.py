@@ -59,9 +59,10 @@ def ingest(engine: EmbeddedEngine, path: Path, *, loader: str | None = None, str
     start = time.perf_counter()
     report = LoadReport()
     summary = IngestSummary()
+    docs = load_documents(path, loader, report, strict=strict)
     bar = tqdm(desc="ingest", unit="doc", disable=not progress, leave=False)
     try:
-        for batch in _batches(load_documents(path, loader, report, strict=strict), batch_size):
+        for batch in _batches(docs, batch_size):
             vectors = encoder.encode([d.dense_text for d in batch]) if encoder is not None else None
             engine.write(batch, vectors)
             summary.indexed += len(batch)

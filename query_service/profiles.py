@@ -44,8 +44,8 @@ def _single(name: str, channel: str, description: str, **config: Any) -> Profile
 
 
 LEXICAL = _single("lexical", "bm25", "BM25 alone, most_fields (sum over fields)")
-LEXICAL_BEST = _single("lexical-best", "bm25", "BM25 alone, best_fields (dis_max, tie_breaker 0.5)",
-                       mode="best_fields", tie_breaker=0.5)
+LEXICAL_BEST = _single("lexical-best", "bm25", "BM25 alone, best_fields (dis_max, tie_breaker 0.2)",
+                       mode="best_fields", tie_breaker=0.2)
 SEMANTIC = _single("semantic", "dense", "all-MiniLM-L6-v2 cosine alone")
 HYBRID = Profile(name="hybrid", description="BM25 + dense, RRF k=60",
                  channels={"bm25": ChannelSpec(k=100), "dense": ChannelSpec(k=100)},

@@ -68,16 +68,17 @@ class Searcher:
             raise QueryError(f"k must be >= 1, got {limit}")
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
         ctx = QueryContext(query, filters, self.encoder)
+        fuser = self._fuser(prof) if len(prof.channels) > 1 else None
         t0 = time.perf_counter()
         lists = self._run_channels(prof, ctx)
         diag["stages"]["channels"] = {"ms": _ms(t0), "hits": {c: len(rl) for c, rl in lists.items()}}
         t1 = time.perf_counter()
-        if len(lists) == 1:
+        if fuser is None:
             (channel, rl), = lists.items()
             ids, scores = rl.ids[:limit], rl.scores[:limit]
             contributions = [{channel: s} for s in scores]
         else:
-            fused = self._fuser(prof).fuse(lists, limit)
+            fused = fuser.fuse(lists, limit)
             ids, scores, contributions = fused.ids, fused.scores, fused.contributions
         diag["stages"]["fuse"] = {"ms": _ms(t1), "hits": len(ids)}
         hits = _explain(ids, scores, contributions, lists)

@@ -154,7 +154,7 @@ class EmbeddedEngine:
 
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
              k: int = 10, filters: Filters | None = None, *, mode: Bm25Mode = "most_fields",
-             tie_breaker: float = 0.5, role_boost: float = 1.0) -> RankedList:
+             tie_breaker: float = 0.2, role_boost: float = 1.0) -> RankedList:
         """Field-boosted BM25 (k1=1.2, b=0.75). `most_fields` sums fields; `best_fields` is dis_max."""
         if mode not in ("most_fields", "best_fields"):
             raise QueryError(f"mode must be one of most_fields, best_fields; got {mode!r}")

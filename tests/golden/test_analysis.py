@@ -1,0 +1,68 @@
+"""Golden analysis output: pins the tokenizer, the Porter stemmer and math normalisation."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.analysis import ENGLISH_STOPWORDS, Analyzer, Lexicon, analyze
+
+GOLDEN = [
+    # seed steps: lowercase, whitespace split, edge punctuation, possessives, stopwords, Porter
+    ("The Ponies' caresses, and running generalizations!", ["poni", "caress", "run", "gener"]),
+    ("Euler's formula (e^{i pi}).", ["euler", "formula", "e^{i", "pi"]),
+    ("relational databases are: conditionally effective", ["relat", "databas", "condition", "effect"]),
+    # hyphenated: whole term kept, parts indexed too (whole first)
+    ("self-adjoint operators", ["self-adjoint", "self", "adjoint", "oper"]),
+    ("state-of-the-art IL-6", ["state-of-the-art", "state", "art", "il-6", "il", "6"]),
+    # en dash and other dashes are unified with the hyphen
+    ("Heine–Borel theorem", ["heine-borel", "hein", "borel", "theorem"]),
+    ("Gauss—Bonnet", ["gauss-bonnet", "gauss", "bonnet"]),
+    # diacritics folded
+    ("Gödel and Erdős", ["godel", "erdo"]),
+    ("Hölder’s inequality", ["holder", "inequ"]),
+    ("Poincaré conjecture", ["poincar", "conjectur"]),
+    # notation variants made equal
+    ("C*-algebra", ["cstar-algebra", "cstar", "algebra"]),
+    ("C^*-algebras", ["cstar-algebra", "cstar", "algebra"]),
+    ("C-star algebra", ["cstar-algebra", "cstar", "algebra"]),
+    ("L^2 and L2 and $L^2$ and L²", ["l2", "l2", "l2", "l2"]),
+    (r"$\mathbb{R}^n$ vs R^n vs ℝⁿ", ["rn", "v", "rn", "v", "rn"]),
+    ("Möbius strip, Moebius band", ["mobiu", "strip", "mobiu", "band"]),
+    # edge punctuation only: internal punctuation stays
+    ("cells/ml p<0.05", ["cells/ml", "p<0.05"]),
+    ("", []),
+    ("the of and", []),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GOLDEN)
+def test_golden(text: str, expected: list[str]) -> None:
+    assert analyze(text) == expected
+
+
+def test_stopwords_are_lucene_english_set() -> None:
+    assert len(ENGLISH_STOPWORDS) == 33
+    assert {"a", "the", "such", "will", "with", "into"} <= ENGLISH_STOPWORDS
+    assert "which" not in ENGLISH_STOPWORDS
+
+
+def test_documents_and_queries_share_analysis() -> None:
+    a = Analyzer()
+    assert a.analyze("C-star algebra") == a.analyze("C*-algebra") == a.analyze("C^*-algebra")
+
+
+def test_user_lexicon_extends_the_default(tmp_path) -> None:
+    extra = tmp_path / "mine.txt"
+    extra.write_text("# my variants\nzfc = Zermelo-Fraenkel with choice\n")
+    a = Analyzer(Lexicon.load([extra]))
+    assert a.analyze("Zermelo-Fraenkel with choice") == ["zfc"]
+    assert a.analyze("C-star algebra") == ["cstar-algebra", "cstar", "algebra"]
+
+
+def test_bad_lexicon_line_names_file_and_line(tmp_path) -> None:
+    from hybridsearch.errors import ConfigError
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("ok = fine\nno equals sign here\n")
+    with pytest.raises(ConfigError, match=r"bad.txt:2"):
+        Lexicon.load([bad])

@@ -1,0 +1,78 @@
+"""The `hybridsearch` command, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEMO, REPO
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300)
+    if check and out.returncode != 0:
+        raise AssertionError(f"exit {out.returncode}: {out.stderr}")
+    return out
+
+
+def test_stats_and_search(demo_copy) -> None:
+    stats = json.loads(cli("stats", "--index-dir", str(demo_copy), "--json").stdout)
+    assert stats["documents"] == stats["vectors"] == stats["bm25_docs"] == 242
+    res = json.loads(cli("search", "Holder inequality for integrals", "--channels", "bm25,dense",
+                         "-k", "5", "--json", "--index-dir", str(demo_copy)).stdout)
+    top = res["hits"][0]
+    assert top["id"] == "anal-holder-inequality" and set(top["channels"]) == {"bm25", "dense"}
+    assert top["document"]["title"] == "Hölder's inequality" and len(res["hits"]) == 5
+    assert sum(top["contributions"].values()) == pytest.approx(top["score"])
+    text = cli("search", "C-star algebra", "--profile", "lexical", "--index-dir", str(demo_copy)).stdout
+    assert "anal-c-star-algebra" in text.splitlines()[2]
+
+
+def test_eval_runs_and_json_contract(demo_copy, tmp_path) -> None:
+    out = tmp_path / "m.json"
+    res = cli("eval", str(DEMO), "--channels", "bm25,dense", "--index-dir", str(demo_copy),
+              "--json", str(out), "-q")
+    data = json.loads(out.read_text())
+    assert list(data) == ["bm25", "dense"]
+    keys = {"ndcg@10", "recall@20", "recall@100", "mrr@10", "p50_ms", "p95_ms"}
+    assert all(set(m) == keys for m in data.values())
+    assert "ndcg@10" in res.stdout.splitlines()[0]
+    cli("eval", str(DEMO), "--channels", "bm25+dense", "--fuser", "rrf", "--profiles",
+        "lexical,lexical-best", "--index-dir", str(demo_copy), "--json", str(out), "-q")
+    data = json.loads(out.read_text())
+    assert list(data) == ["bm25+dense:rrf", "lexical", "lexical-best"]
+    assert data["lexical"]["ndcg@10"] == pytest.approx(
+        json.loads(out.read_text())["lexical"]["ndcg@10"])
+
+
+def test_ingest_reports_rejects_and_strict_fails(tmp_path) -> None:
+    f = tmp_path / "units.jsonl"
+    f.write_text('{"id": "a", "title": "Baire category theorem"}\n{"id": "b", "title": 3}\n'
+                 '{"id": "c", "text": "Urysohn lemma"}\n')
+    out = cli("ingest", str(f), "--no-embed", "-q", "--index-dir", str(tmp_path / "i"))
+    assert "loaded 2, rejected 1, indexed 2" in out.stdout
+    assert "units.jsonl:2" in out.stdout and "'title'" in out.stdout
+    bad = cli("ingest", str(f), "--strict", "-q", "--index-dir", str(tmp_path / "j"), check=False)
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "units.jsonl:2" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    hits = cli("search", "baire", "--profile", "lexical", "--index-dir", str(tmp_path / "i")).stdout
+    assert " a" in hits
+
+
+@pytest.mark.parametrize("args", [
+    ("search", "x", "--index-dir", "/nonexistent/index"),
+    ("eval", str(REPO), "--index-dir", "/tmp/never-used"),
+    ("search", "x", "--fuser", "nope", "--channels", "bm25,dense", "--index-dir", str(DEMO)),
+    ("ingest", "/nonexistent/file.jsonl", "--index-dir", "/tmp/never-used"),
+])
+def test_errors_are_one_clear_line(args, demo_copy) -> None:
+    args = tuple(str(demo_copy) if a == str(DEMO) and args[0] == "search" else a for a in args)
+    out = cli(*args, check=False)
+    assert out.returncode != 0
+    assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr

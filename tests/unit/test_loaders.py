@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hybridsearch.errors import ValidationError
+from indexer.loaders import (
+    AtlasLoader,
+    BeirLoader,
+    JsonlLoader,
+    LoadReport,
+    TextDirLoader,
+    detect_loader,
+    load_qrels,
+    load_queries,
+    parse_date,
+    section_type,
+)
+
+from tests.conftest import DEMO
+
+
+def _write(path: Path, lines: list[str], newline: str = "\n") -> Path:
+    path.write_bytes(newline.join(lines).encode() + newline.encode())
+    return path
+
+
+def test_jsonl_reports_bad_lines_with_line_numbers_and_keeps_the_rest(tmp_path) -> None:
+    f = _write(tmp_path / "units.jsonl", [
+        json.dumps({"id": "a", "title": "Compact space"}),
+        "{not json",
+        json.dumps({"id": "b", "title": ""}),
+        json.dumps({"id": "c", "text": "Fine.", "year": 1900}),
+        json.dumps({"id": "a", "title": "again"}),
+        json.dumps({"id": "d", "title": "x", "metadata": {"w": 1e999}}),
+    ])
+    report = LoadReport()
+    docs = list(JsonlLoader().load(f, report))
+    assert [d.id for d in docs] == ["a", "c"]
+    assert report.loaded == 2
+    assert [e.line for e in report.rejected] == [2, 3, 5, 6]
+    assert "invalid JSON" in str(report.rejected[0])
+    assert "duplicate id" in str(report.rejected[2])
+    assert "non-finite" in str(report.rejected[3])
+
+
+def test_strict_stops_at_the_first_bad_line(tmp_path) -> None:
+    f = _write(tmp_path / "units.jsonl", [json.dumps({"id": "a", "title": "x"}), "[]"])
+    with pytest.raises(ValidationError, match=r"units.jsonl:2"):
+        list(JsonlLoader().load(f, LoadReport(), strict=True))
+
+
+def test_beir_metadata_mapping_and_crlf(tmp_path) -> None:
+    _write(tmp_path / "corpus.jsonl", [
+        json.dumps({"_id": "1", "title": "Algebraic language", "text": "",
+                    "metadata": {"authors": ["Perlis, A. J."], "date": "CACM December, 1958",
+                                 "keywords": "compilers; languages", "cr": "4.22"}}),
+        json.dumps({"_id": "2", "title": "T", "text": "Body", "role": "theorem",
+                    "metadata": {"subjects": ["topology"], "year": "1923", "cites": ["1"],
+                                 "kind": "theorem", "license": "CC-BY-4.0", "venue": "Annals"}}),
+    ], newline="\r\n")
+    _write(tmp_path / "queries.jsonl", [json.dumps({"_id": "q1", "text": "compilers",
+                                                    "metadata": {"intent": "survey"}})], "\r\n")
+    (tmp_path / "qrels").mkdir()
+    _write(tmp_path / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", "q1\t1\t2", "q1\t2\t1"], "\r\n")
+    docs = {d.id: d for d in BeirLoader().load(tmp_path, LoadReport())}
+    one, two = docs["1"], docs["2"]
+    assert (one.year, one.month, one.date) == (1958, 12, "CACM December, 1958")
+    assert one.subjects == ["compilers", "languages"] and one.authors == ["Perlis, A. J."]
+    assert one.metadata == {"cr": "4.22"}
+    assert (two.year, two.kind, two.license, two.venue, two.cites, two.role) == (
+        1923, "theorem", "CC-BY-4.0", "Annals", ["1"], "theorem")
+    assert load_qrels(tmp_path) == {"q1": {"1": 2, "2": 1}}
+    (q,) = load_queries(tmp_path)
+    assert q.intent == "survey" and q.metadata == {"intent": "survey"}
+
+
+def test_beir_links_become_citations(tmp_path) -> None:
+    _write(tmp_path / "corpus.jsonl", [json.dumps({"_id": i, "title": f"t{i}", "text": ""})
+                                       for i in ("1", "2", "3")])
+    _write(tmp_path / "links.tsv", ["doc-id-a\tdoc-id-b", "1\t2", "2\t3"])
+    docs = {d.id: d for d in BeirLoader().load(tmp_path, LoadReport())}
+    assert docs["2"].cites == ["1", "3"] and docs["1"].cites == ["2"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("CACM December, 1958", (1958, 12)), ("2021-03-05", (2021, 3)), ("Sept. 1970", (1970, 9)),
+    ("no date here", (None, None)),
+])
+def test_parse_date(text, expected) -> None:
+    assert parse_date(text) == expected
+
+
+ATLAS = """atlas_id: topo-0001
+# Compactness
+
+A space is compact when every open cover has a finite subcover.
+
+## Definition
+Every open cover has a finite subcover.
+
+## Key examples
+Closed bounded intervals.
+
+## Steps
+1. Take a cover. 2. Extract a finite one.
+
+## Miscellany
+Odd notes.
+"""
+
+
+def test_atlas_section_strategy(tmp_path) -> None:
+    f = tmp_path / "compact.md"
+    f.write_text(ATLAS)
+    docs = list(AtlasLoader("section").load(f, LoadReport()))
+    assert [d.id for d in docs] == ["topo-0001", "topo-0001#1", "topo-0001#2", "topo-0001#3",
+                                    "topo-0001#4"]
+    atom = docs[0]
+    assert atom.title == "Compactness" and atom.text.startswith("A space is compact")
+    assert atom.metadata == {"atlas_id": "topo-0001", "source_uri": "atlas:topo-0001"}
+    assert [d.kind for d in docs[1:]] == ["definition", "example", "procedure", "other"]
+    assert docs[3].procedure.startswith("1. Take a cover")
+    assert all(d.work_id == "topo-0001" for d in docs)
+
+
+def test_atlas_atom_strategy(tmp_path) -> None:
+    f = tmp_path / "compact.md"
+    f.write_text(ATLAS)
+    (doc,) = AtlasLoader("atom").load(f, LoadReport())
+    assert doc.id == "topo-0001" and "Closed bounded intervals" in doc.text
+
+
+def test_section_aliases() -> None:
+    assert section_type("Definitions") == "definition"
+    assert section_type("Proof sketch") == "proof"
+    assert section_type("See also") == "reference"
+    assert section_type("Something else") == "other"
+
+
+def test_atlas_without_title_is_rejected_and_reported(tmp_path) -> None:
+    (tmp_path / "a.md").write_text("# Good\n\nbody\n\n## Definition\nx\n")
+    (tmp_path / "b.md").write_text("no title\n## Definition\nx\n")
+    report = LoadReport()
+    docs = list(AtlasLoader().load(tmp_path, report))
+    assert {d.work_id for d in docs} == {"a"}
+    assert len(report.rejected) == 1 and "b.md" in str(report.rejected[0])
+
+
+def test_text_directory(tmp_path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "one.txt").write_text("Baire category theorem\nA complete metric space is not meagre.\n")
+    (tmp_path / "sub" / "two.md").write_text("# Urysohn lemma\n\nNormal spaces separate closed sets.\n")
+    (tmp_path / "skip.bin").write_bytes(b"\x00")
+    docs = {d.id: d for d in TextDirLoader().load(tmp_path, LoadReport())}
+    assert set(docs) == {"one.txt", "sub/two.md"}
+    assert docs["sub/two.md"].title == "Urysohn lemma" and docs["one.txt"].source == "one.txt"
+
+
+def test_detect_loader(tmp_path) -> None:
+    assert detect_loader(DEMO) == "beir"
+    assert detect_loader(DEMO / "corpus.jsonl") == "beir"
+    (tmp_path / "x.jsonl").write_text("")
+    assert detect_loader(tmp_path / "x.jsonl") == "jsonl"
+
+
+def test_demo_corpus_is_complete() -> None:
+    report = LoadReport()
+    docs = list(BeirLoader().load(DEMO, report))
+    assert 150 <= len(docs) <= 300 and not report.rejected
+    subjects = {d.subjects[0] for d in docs}
+    assert {"topology", "geometry", "analysis", "algebra", "number theory", "probability",
+            "logic"} <= subjects
+    ids = {d.id for d in docs}
+    assert sum(bool(d.cites) for d in docs) > 100 and all(c in ids for d in docs for c in d.cites)
+    assert sum("near_duplicate_of" in d.metadata for d in docs) >= 6
+    queries = load_queries(DEMO)
+    qrels = load_qrels(DEMO)
+    assert len(queries) >= 50
+    assert {q.intent for q in queries} == {"lookup", "survey", "compare", "prereq", "related"}
+    ood = [q for q in queries if q.id not in qrels]
+    assert len(ood) >= 3
+    assert {g for rels in qrels.values() for g in rels.values()} == {1, 2}

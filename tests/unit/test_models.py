@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.errors import ValidationError
+from hybridsearch.models import Document, check_unique_ids, validate_record
+
+
+def test_aliases_map_to_canonical_fields() -> None:
+    d = validate_record(Document, {"id": "u1", "topic": "Compactness", "claim": "Closed and bounded.",
+                                   "tags": ["topology"], "file": "notes.pdf", "utilityActs": "prove"})
+    assert (d.title, d.text, d.subjects, d.source, d.utility_acts) == (
+        "Compactness", "Closed and bounded.", ["topology"], "notes.pdf", "prove")
+    assert d.work_id == "u1" and d.chunk_no == 0
+    assert d.dense_text == "Compactness Closed and bounded."
+
+
+@pytest.mark.parametrize(("record", "field", "message"), [
+    ({"id": "", "title": "x"}, "id", "at least 1"),
+    ({"id": "   ", "title": "x"}, "id", "blank"),
+    ({"id": "a", "title": "", "text": ""}, None, "both empty"),
+    ({"id": "a", "title": 5}, "title", "string"),
+    ({"id": "a", "title": "x", "year": "1958"}, "year", "integer"),
+    ({"id": "a", "title": "x", "metadata": {"score": float("nan")}}, "metadata", "non-finite"),
+    ({"id": "a", "title": "x", "metadata": {"w": [1.0, float("inf")]}}, "metadata", "non-finite"),
+    ({"id": "a", "title": "x", "colour": "red"}, "colour", "unknown field"),
+])
+def test_invalid_records_name_record_and_field(record, field, message) -> None:
+    with pytest.raises(ValidationError) as err:
+        validate_record(Document, record, source="corpus.jsonl", line=7)
+    e = err.value
+    assert e.source == "corpus.jsonl" and e.line == 7
+    assert message in str(e)
+    if field is not None:
+        assert e.field == field
+        assert f"field {field!r}" in str(e)
+    assert "corpus.jsonl:7" in str(e)
+
+
+def test_duplicate_id_in_one_batch_is_rejected() -> None:
+    docs = [Document(id="a", title="x"), Document(id="b", title="y"), Document(id="a", title="z")]
+    with pytest.raises(ValidationError, match="duplicate id") as err:
+        check_unique_ids(docs)
+    assert err.value.record == "a"
