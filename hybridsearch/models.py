@@ -196,7 +196,7 @@ class SearchResult(BaseModel):
 Bm25Mode = Literal["most_fields", "best_fields"]
 
 
-def validate_record(model: type[_Model], data: Any, *, source: str | None = None,
+def validate_record(model: type[BaseModel], data: Any, *, source: str | None = None,
                     line: int | None = None) -> Any:
     """Validate one record, turning pydantic's error into ours (record, field, line)."""
     if not isinstance(data, Mapping):

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from hybridsearch.errors import ValidationError
 from hybridsearch.models import Document, Query, check_finite, validate_record
 
-MONTHS = {m: i for i, m in enumerate(
-    "january february march april may june july august september october november december".split(), 1)}
+MONTHS = {m: i for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july",
+                                      "august", "september", "october", "november", "december"], 1)}
 _MODEL_FIELDS = set(Document.model_fields) | {"topic", "claim", "abstract", "tags", "file",
                                               "utilityActs", "utilityNote"}
 

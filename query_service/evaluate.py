@@ -63,7 +63,7 @@ def prepare_index(dataset: Path, index_dir: Path, *, need_vectors: bool, encoder
     if engine.store.get_meta("corpus") != json.dumps(fp):
         if engine.count():
             engine.close()
-            raise ValidationError(f"index dir holds another corpus; choose another --index-dir",
+            raise ValidationError("index dir holds another corpus; choose another --index-dir",
                                   source=str(index_dir))
         summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
         engine.store.set_meta("corpus", fp)

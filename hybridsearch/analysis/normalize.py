@@ -16,7 +16,8 @@ _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2032": 
 _FOLD = str.maketrans({"ß": "ss", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "æ": "ae", "Æ": "AE",
                        "œ": "oe", "Œ": "OE", "đ": "d", "Đ": "D", "ı": "i", "þ": "th", "ð": "d"})
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
-_TEX_WRAP = re.compile(r"\\(?:mathbb|mathrm|mathcal|mathbf|mathfrak|mathsf|mathit|operatorname|text|textrm|textbf|textit|emph)\s*\{([^{}]*)\}")
+_TEX_WRAP = re.compile(r"\\(?:mathbb|mathrm|mathcal|mathbf|mathfrak|mathsf|mathit|operatorname"
+                       r"|text|textrm|textbf|textit|emph)\s*\{([^{}]*)\}")
 _TEX_WORDS = re.compile(r"\\(ell|infty|alpha|beta|gamma|delta|epsilon|lambda|mu|pi|sigma|omega|zeta)\b")
 _SUPERSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\^(?:\{([A-Za-z0-9*]{1,3})\}|([A-Za-z0-9*]))")
 _DEFAULT_LEXICON = "math_lexicon.txt"

@@ -18,7 +18,6 @@ from indexer.loaders import (
     parse_date,
     section_type,
 )
-
 from tests.conftest import DEMO
 
 

@@ -147,7 +147,8 @@ class Bm25Index:
         if not hits:
             return [], []
         labels = searcher.fast_field_values("label", [a for _, a in hits])
-        return [int(x) for x in labels], [float(s) for s, _ in hits]
+        pairs = [(int(lb), float(s)) for lb, (s, _) in zip(labels, hits, strict=True) if lb is not None]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
 
     def _filter_queries(self, f: Filters) -> list[tantivy.Query]:
         Q, schema, out = tantivy.Query, self.schema, []

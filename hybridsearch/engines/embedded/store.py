@@ -207,7 +207,8 @@ class Store:
 
     def filter_labels(self, f: Filters) -> set[int]:
         """Labels of chunks that pass the filters (the dense channel's pre-filter)."""
-        where, args = [], []  # type: ignore[var-annotated]
+        where: list[str] = []
+        args: list[object] = []
         if f.date_range is not None:
             lo, hi = f.date_range.bounds()
             if lo is not None:
