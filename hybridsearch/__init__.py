@@ -1,0 +1,17 @@
+"""hybridsearch: hybrid BM25 + dense retrieval for scientific and mathematical corpora."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from hybridsearch.api import Handle
+
+
+def open(path_or_url: str, **options: Any) -> Handle:  # noqa: A001 - the public name
+    """Open an index: a directory (embedded engine) or a URL (the engine registered for it)."""
+    from hybridsearch.api import open as _open
+
+    return _open(path_or_url, **options)

@@ -69,6 +69,28 @@ def _profile_for(args: argparse.Namespace) -> Any:
     return get_profile(args.profile)
 
 
+def cmd_embed(args: argparse.Namespace) -> int:
+    from hybridsearch.embeddings import default_encoder
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from indexer.pipeline import embed_missing, missing_vector_ids
+
+    index_dir = _index_dir(args)
+    if not (index_dir / "store.sqlite").exists():
+        raise HybridSearchError(f"no index at {index_dir}")
+    if args.enqueue:
+        from workers.tasks import embed
+
+        ids = missing_vector_ids(index_dir)
+        for i in range(0, len(ids), args.chunk):
+            embed.delay(str(index_dir.resolve()), ids[i:i + args.chunk])
+        print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks")
+        return 0
+    with EmbeddedEngine(index_dir) as engine:
+        n = embed_missing(engine, default_encoder(), progress=not args.quiet)
+    print(f"embedded {n} chunks")
+    return 0
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from hybridsearch.engines.embedded import EmbeddedEngine
     from query_service.searcher import Searcher
@@ -171,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "vectors are added)")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("embed", parents=[common], help="embed chunks that have no vector yet")
+    s.add_argument("--enqueue", action="store_true", help="send Celery tasks (HYBRIDSEARCH_REDIS_URL) "
+                   "instead of embedding here")
+    s.add_argument("--chunk", type=int, default=256, help="chunks per task")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_embed)
 
     s = sub.add_parser("search", parents=[common], help="search the index")
     s.add_argument("query")

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import ValidationError
 from hybridsearch.models import Document
 from indexer.loaders import Loader, LoadReport, detect_loader
@@ -92,6 +93,29 @@ def embed_missing(engine: EmbeddedEngine, encoder: Encoder, *, progress: bool = 
 
 
 def embed_ids(engine: EmbeddedEngine, encoder: Encoder, docs: Sequence[Document]) -> None:
-    """Embed the given documents and store their vectors (the body of the worker task)."""
+    """Embed the given documents and store their vectors."""
     vectors = encoder.encode([d.dense_text for d in docs])
     engine.set_vectors([d.id for d in docs], vectors)
+
+
+def embed_store_ids(index_dir: Path, encoder: Encoder, ids: Sequence[str]) -> int:
+    """Embed chunks by id straight into the index's store (journal op `vector`), without opening
+    the derived indexes: what a worker process does. Unknown ids are skipped."""
+    store = Store(index_dir / "store.sqlite")
+    try:
+        docs = store.docs_by_id(list(ids))
+        found = [d for i in ids if (d := docs.get(i)) is not None]
+        if found:
+            store.set_vectors([d.id for d in found], encoder.encode([d.dense_text for d in found]),
+                              encoder.name)
+        return len(found)
+    finally:
+        store.close()
+
+
+def missing_vector_ids(index_dir: Path) -> list[str]:
+    store = Store(index_dir / "store.sqlite")
+    try:
+        return [i for i, _ in store.missing_vectors()]
+    finally:
+        store.close()
