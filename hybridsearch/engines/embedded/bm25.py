@@ -143,7 +143,7 @@ class Bm25Index:
             query = Q.boolean_query([(tantivy.Occur.Must, query)] + [
                 (tantivy.Occur.Must, Q.const_score_query(fq, 0.0)) for fq in self._filter_queries(filters)])
         searcher = self.index.searcher()
-        hits = searcher.search(query, k).hits
+        hits = searcher.search(query, k, count=False).hits
         if not hits:
             return [], []
         labels = searcher.fast_field_values("label", [a for _, a in hits])

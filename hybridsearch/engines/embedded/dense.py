@@ -15,6 +15,10 @@ HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 100
 HNSW_EF_SEARCH = 128
 
+# One query at a time needs no OpenMP team, and faiss' idle OpenMP threads spin and steal the
+# cores from torch's query embedding (it doubled dense latency). Bulk HNSW builds use all cores.
+faiss.omp_set_num_threads(1)
+
 
 class DenseIndex:
     """faiss ids are vector versions (vids), so HNSW, which cannot remove, can tombstone old ones.
@@ -83,7 +87,11 @@ class DenseIndex:
         if live:
             vids = np.array([v for _, v in live], dtype=np.int64)
             mat = np.vstack([self._index.reconstruct(int(v)) for v in vids])
-            index.add_with_ids(mat, vids)
+            faiss.omp_set_num_threads(os.cpu_count() or 1)
+            try:
+                index.add_with_ids(mat, vids)
+            finally:
+                faiss.omp_set_num_threads(1)
         self._index = index
         self.hnsw = hnsw
         self._tombstones.clear()
