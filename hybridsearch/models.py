@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pydantic
@@ -152,10 +153,13 @@ class Filters(_Model):
         return not any(getattr(self, f) for f in type(self).model_fields)
 
 
-class ChannelScore(_Model):
+@dataclass(slots=True)
+class ChannelScore:
+    """One channel's view of a hit: raw score, normalised score and 1-based rank."""
+
     raw: float
-    normalized: float | None = None
-    rank: int = Field(ge=1)
+    normalized: float | None
+    rank: int
 
 
 class RankedList(BaseModel):
@@ -178,12 +182,16 @@ class RankedList(BaseModel):
         return zip(self.ids, self.scores, strict=True)
 
 
-class Hit(BaseModel):
+@dataclass(slots=True)
+class Hit:
+    """A ranked result: final score, per-channel scores, and the additive contributions that sum
+    to the final score. (A dataclass: the hot path builds hundreds per query.)"""
+
     id: str
     score: float
     rank: int
-    channels: dict[str, ChannelScore] = Field(default_factory=dict)
-    contributions: dict[str, float] = Field(default_factory=dict)
+    channels: dict[str, ChannelScore] = field(default_factory=dict)
+    contributions: dict[str, float] = field(default_factory=dict)
     document: Document | None = None
 
 

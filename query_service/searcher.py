@@ -89,7 +89,7 @@ class Searcher:
         diag["ms"] = _ms(t0)
         if not hits:
             diag["reason"] = "no channel returned a match"
-        return SearchResult(query=query, hits=hits, diagnostics=diag)
+        return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag)
 
     def _run_channels(self, prof: Profile, ctx: QueryContext) -> dict[str, RankedList]:
         specs = list(prof.channels.items())
@@ -126,13 +126,12 @@ def _explain(ids: list[str], scores: list[float], contributions: list[dict[str, 
         for rank, (id_, s) in enumerate(rl.items(), 1):
             if id_ not in table:
                 norm = 1.0 if hi == lo else (s - lo) / (hi - lo)
-                table[id_] = ChannelScore.model_construct(raw=s, normalized=norm, rank=rank)
+                table[id_] = ChannelScore(s, norm, rank)
         per_channel[channel] = table
     hits = []
     for rank, (id_, score, contrib) in enumerate(zip(ids, scores, contributions, strict=True), 1):
         chans = {c: t[id_] for c, t in per_channel.items() if id_ in t}
-        hits.append(Hit.model_construct(id=id_, score=score, rank=rank, channels=chans,
-                                        contributions=contrib, document=None))
+        hits.append(Hit(id_, score, rank, chans, contrib))
     return hits
 
 
