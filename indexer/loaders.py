@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from hybridsearch.errors import ValidationError
 from hybridsearch.models import Document, Query, check_finite, validate_record
+from indexer.chunking import chunk_document
 
 MONTHS = {m: i for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july",
                                       "august", "september", "october", "november", "december"], 1)}
@@ -42,14 +43,20 @@ class Loader(Protocol):
     def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]: ...
 
 
-def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValidationError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
     except OSError as e:
         raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
-    for lineno, line in enumerate(text.splitlines(), 1):
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Non-blank lines with 1-based numbers. Splits on LF only (CRLF tolerated), so that U+2028 or
+    a form feed inside a JSON string never splits a record."""
+    for lineno, line in enumerate(_read_text(path).split("\n"), 1):
+        line = line.rstrip("\r")
         if line.strip():
             yield lineno, line
 
@@ -79,7 +86,9 @@ def _unique(docs: Iterator[tuple[int, Document]], path: Path, report: LoadReport
 
 
 class JsonlLoader:
-    """One Document per line in our own schema (canonical names or their aliases)."""
+    """One work per line in our own schema (canonical names or their aliases). A long text is
+    split into chunks (pages, then word windows with overlap); a line that is already a chunk
+    (it names a `work_id` other than its id) is kept as it is."""
 
     name: ClassVar[str] = "jsonl"
 
@@ -91,7 +100,8 @@ class JsonlLoader:
                 except ValidationError as e:
                     report.reject(e, strict)
 
-        yield from _unique(parsed(), path, report, strict)
+        for doc in _unique(parsed(), path, report, strict):
+            yield from (chunk_document(doc) if doc.work_id == doc.id else [doc])
 
 
 def parse_date(text: str) -> tuple[int | None, int | None]:
@@ -313,7 +323,7 @@ class AtlasLoader:
             yield from docs
 
     def _file(self, f: Path, root: Path) -> list[Document]:
-        text = "\n".join(line for _, line in _read_lines(f)) if f.stat().st_size else ""
+        text = _read_text(f)
         atlas_id, title, body, sections = parse_atlas(text)
         if not title:
             raise ValidationError("missing '# Title' line", source=str(f), field="title")
@@ -342,7 +352,8 @@ class AtlasLoader:
 
 
 class TextDirLoader:
-    """A directory of `.md` / `.txt` files: one document each; the first line is the title."""
+    """A directory of `.md` / `.txt` files: one work each, the first line its title; long files
+    are split into chunks (form feeds mark pages)."""
 
     name: ClassVar[str] = "textdir"
 
@@ -352,11 +363,11 @@ class TextDirLoader:
         root = path if path.is_dir() else path.parent
         for f in files:
             try:
-                lines = [line for _, line in _read_lines(f)]
-                if not lines:
+                first, _, rest = _read_text(f).strip().partition("\n")
+                title = first.lstrip("#").strip()
+                if not title:
                     raise ValidationError("empty file", source=str(f), field="text")
-                title = lines[0].lstrip("#").strip()
-                text = "\n".join(lines[1:]).strip() or title
+                text = rest.strip() or title
                 rel = f.relative_to(root).as_posix()
                 doc = validate_record(Document, {"id": rel, "title": title, "text": text,
                                                  "source": rel}, source=str(f))
@@ -364,7 +375,7 @@ class TextDirLoader:
                 report.reject(e, strict)
                 continue
             report.loaded += 1
-            yield doc
+            yield from chunk_document(doc)
 
 
 def detect_loader(path: Path) -> str:

@@ -182,3 +182,29 @@ def test_demo_corpus_is_complete() -> None:
     ood = [q for q in queries if q.id not in qrels]
     assert len(ood) >= 3
     assert {g for rels in qrels.values() for g in rels.values()} == {1, 2}
+
+
+def test_long_text_is_chunked_by_page_then_window(tmp_path) -> None:
+    from hybridsearch.models import Document
+    from indexer.chunking import chunk_document
+
+    words = " ".join(f"w{i}" for i in range(700))
+    chunks = chunk_document(Document(id="book", title="Book", text=words), window=300, overlap=50)
+    assert [c.id for c in chunks] == ["book#0", "book#1", "book#2"]
+    assert all(c.work_id == "book" and c.title == "Book" for c in chunks)
+    assert chunks[1].text.split()[0] == "w250" and chunks[2].text.split()[-1] == "w699"
+    paged = chunk_document(Document(id="p", title="P", text="one page\ftwo page\f\fthree"))
+    assert [(c.chunk_no, c.page, c.text) for c in paged] == [(0, 1, "one page"), (1, 2, "two page"),
+                                                             (2, 4, "three")]
+    assert chunk_document(Document(id="s", title="S", text="short")) == [Document(id="s", title="S",
+                                                                                   text="short")]
+    (tmp_path / "doc.txt").write_text("Notes\nfirst page\fsecond page\n")
+    docs = list(TextDirLoader().load(tmp_path, LoadReport()))
+    assert [(d.id, d.page, d.source) for d in docs] == [("doc.txt#0", 1, "doc.txt"), ("doc.txt#1", 2, "doc.txt")]
+
+
+def test_jsonl_line_with_unicode_line_separator_stays_one_record(tmp_path) -> None:
+    f = tmp_path / "u.jsonl"
+    f.write_text(json.dumps({"id": "a", "title": "x\u2028y"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    (doc,) = JsonlLoader().load(f, LoadReport(), strict=True)
+    assert doc.title == "x\u2028y"
