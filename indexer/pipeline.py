@@ -15,6 +15,7 @@ from hybridsearch.embeddings import Encoder
 from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import ValidationError
+from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
 from indexer.loaders import Loader, LoadReport, detect_loader
 
@@ -54,9 +55,11 @@ def load_documents(path: Path, loader: str | None, report: LoadReport, *,
 
 
 def ingest(engine: EmbeddedEngine, path: Path, *, loader: str | None = None, strict: bool = False,
-           encoder: Encoder | None = None, progress: bool = True, batch_size: int = BATCH) -> IngestSummary:
-    """Index a corpus. With an encoder, each batch is embedded before it is written, so an
-    acknowledged document is searchable in every channel at once."""
+           encoder: Encoder | None = None, hdc: bool = True, progress: bool = True,
+           batch_size: int = BATCH) -> IngestSummary:
+    """Index a corpus. Each batch is HDC-encoded (and embedded, with an encoder) before it is
+    written, so an acknowledged document is searchable in every channel at once."""
+    hdc_encoder = engine.hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
     summary = IngestSummary()
@@ -65,7 +68,8 @@ def ingest(engine: EmbeddedEngine, path: Path, *, loader: str | None = None, str
     try:
         for batch in _batches(docs, batch_size):
             vectors = encoder.encode([d.dense_text for d in batch]) if encoder is not None else None
-            engine.write(batch, vectors)
+            codes = [hdc_encoder.encode_document(d) for d in batch] if hdc_encoder is not None else None
+            engine.write(batch, vectors, codes)
             summary.indexed += len(batch)
             summary.embedded += 0 if vectors is None else len(batch)
             bar.update(len(batch))
@@ -108,6 +112,32 @@ def embed_store_ids(index_dir: Path, encoder: Encoder, ids: Sequence[str]) -> in
         if found:
             store.set_vectors([d.id for d in found], encoder.encode([d.dense_text for d in found]),
                               encoder.name)
+        return len(found)
+    finally:
+        store.close()
+
+
+def encode_hdc_missing(engine: EmbeddedEngine, *, progress: bool = True) -> int:
+    """HDC-encode every stored chunk that has no codes yet (resumable)."""
+    missing = engine.missing_codes()
+    enc = engine.hdc_encoder()
+    for i in tqdm(range(0, len(missing), BATCH), desc="hdc", unit="batch",
+                  disable=not progress or len(missing) < BATCH, leave=False):
+        chunk = missing[i:i + BATCH]
+        engine.set_codes([d.id for _, d in chunk], [enc.encode_document(d) for _, d in chunk])
+    return len(missing)
+
+
+def encode_hdc_ids(index_dir: Path, ids: Sequence[str]) -> int:
+    """HDC-encode chunks by id straight into the index's store (journal op `hdc`): the offline
+    encoding a worker runs. Unknown ids are skipped."""
+    store = Store(index_dir / "store.sqlite")
+    try:
+        enc = HdcEncoder(ngrams=store.hdc_options()["ngrams"])
+        docs = store.docs_by_id(list(ids))
+        found = [d for i in ids if (d := docs.get(i)) is not None]
+        if found:
+            store.set_codes([d.id for d in found], [enc.encode_document(d) for d in found])
         return len(found)
     finally:
         store.close()

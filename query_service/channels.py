@@ -9,8 +9,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.embeddings import Encoder, default_encoder
-from hybridsearch.engines import LexicalSearch, VectorSearch
+from hybridsearch.engines import BinarySearch, LexicalSearch, VectorSearch
 from hybridsearch.errors import UnsupportedCapabilityError
+from hybridsearch.hdc import HdcWeights, combine
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Filters, RankedList
 
 
@@ -28,9 +29,12 @@ class ChannelConfig(BaseModel):
 class QueryContext:
     """One query as the channels see it; the embedding is computed once, on first use."""
 
-    def __init__(self, text: str, filters: Filters | None = None, encoder: Encoder | None = None) -> None:
+    def __init__(self, text: str, filters: Filters | None = None, encoder: Encoder | None = None, *,
+                 role: str | None = None, acts: str | None = None) -> None:
         self.text = text
         self.filters = filters
+        self.role = role  # set by query understanding, when it knows them
+        self.acts = acts
         self._encoder = encoder
         self._vector: np.ndarray | None = None
 
@@ -100,3 +104,37 @@ class DenseChannel:
         if not isinstance(engine, VectorSearch):
             raise UnsupportedCapabilityError("the dense channel needs an engine with vector search")
         return engine.knn(query.vector, k, query.filters)
+
+
+class HdcConfig(ChannelConfig):
+    weights: HdcWeights = Field(default_factory=HdcWeights)
+    candidate_factor: int = Field(default=4, ge=1, le=100)
+
+
+class HdcChannel:
+    """The MRP-VM associative channel: candidates are the union of the per-field top
+    (candidate_factor * k) codes by Hamming distance; each is rescored exactly with
+    0.35 topic + 0.35 claim + 0.20 role + 0.10 acts over the fields present on both sides."""
+
+    name: ClassVar[str] = "hdc"
+    Config = HdcConfig
+
+    def __init__(self, config: HdcConfig | None = None) -> None:
+        self.config = config or HdcConfig()
+
+    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
+        if not isinstance(engine, BinarySearch) or not hasattr(engine, "hdc_encoder"):
+            raise UnsupportedCapabilityError("the hdc channel needs an engine with binary (Hamming) search")
+        codes = engine.hdc_encoder().encode_query(query.text, role=query.role, acts=query.acts)
+        fetch = k * self.config.candidate_factor
+        candidates: set[str] = set()
+        for field, code in codes.items():
+            candidates.update(engine.hamming(code, field, fetch, query.filters).ids)
+        sims = {f: engine.hamming_score(code, f, list(candidates)) for f, code in codes.items()}
+        scores = {}
+        for id_ in candidates:
+            score = combine({f: s[id_] for f, s in sims.items() if id_ in s}, self.config.weights)
+            if score > 0:
+                scores[id_] = score
+        order = sorted(scores, key=lambda d: (-scores[d], d))[:k]
+        return RankedList.of("hdc", order, [scores[d] for d in order])

@@ -16,7 +16,7 @@ from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.errors import ValidationError
 from hybridsearch.metrics import evaluate, percentile
 from indexer.loaders import load_qrels, load_queries
-from indexer.pipeline import IngestSummary, embed_missing, ingest
+from indexer.pipeline import IngestSummary, embed_missing, encode_hdc_missing, ingest
 from query_service.profiles import Profile
 from query_service.searcher import Searcher, adhoc_profile, get_profile
 
@@ -41,8 +41,12 @@ def run_specs(channels: str | None, fuser: str, profiles: str | None) -> list[Ru
     for name in (profiles or "").split(","):
         name = name.strip()
         if name:
-            prof = get_profile(name).model_copy(update={"max_results": DEPTH})
-            specs.append(RunSpec(name, prof))
+            base = get_profile(name)
+            update: dict[str, object] = {"max_results": DEPTH}
+            if base.escalation is not None and base.escalation.min_acceptable is None:
+                # evaluating to depth 100 must not change when the profile escalates
+                update["escalation"] = base.escalation.model_copy(update={"min_acceptable": base.max_results})
+            specs.append(RunSpec(name, base.model_copy(update=update)))
     return specs
 
 
@@ -53,8 +57,13 @@ def corpus_fingerprint(dataset: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def uses_channel(profile: Profile, channel: str) -> bool:
+    return channel in profile.channels or (profile.escalation is not None and profile.escalation.channel == channel)
+
+
 def prepare_index(dataset: Path, index_dir: Path, *, need_vectors: bool, encoder: Encoder | None,
-                  progress: bool = True, log: Callable[[str], None] = print) -> EmbeddedEngine:
+                  need_codes: bool = False, progress: bool = True,
+                  log: Callable[[str], None] = print) -> EmbeddedEngine:
     """Open the index for `dataset`, building it on first use and embedding what is missing."""
     if not (dataset / "corpus.jsonl").exists():
         raise ValidationError("not a BEIR dataset (no corpus.jsonl)", source=str(dataset))
@@ -68,6 +77,10 @@ def prepare_index(dataset: Path, index_dir: Path, *, need_vectors: bool, encoder
         summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
         engine.store.set_meta("corpus", fp)
         log(f"indexed {dataset}: " + summary.lines()[0])
+    if need_codes and engine.store.count_codes() < engine.count():
+        t = time.perf_counter()
+        n = encode_hdc_missing(engine, progress=progress)
+        log(f"HDC-encoded {n} documents in {time.perf_counter() - t:.1f}s")
     if need_vectors and engine.store.count_vectors() < engine.count():
         t = time.perf_counter()
         n = embed_missing(engine, encoder or default_encoder(), progress=progress)
@@ -83,9 +96,10 @@ def run_eval(dataset: Path, specs: Sequence[RunSpec], *, index_dir: Path, split:
     queries = [q for q in load_queries(dataset) if q.id in qrels]
     if not queries:
         raise ValidationError(f"no queries of split {split!r} found", source=str(dataset))
-    need_vectors = any("dense" in s.profile.channels for s in specs)
+    need_vectors = any(uses_channel(s.profile, "dense") for s in specs)
+    need_codes = any(uses_channel(s.profile, "hdc") for s in specs)
     engine = prepare_index(dataset, index_dir, need_vectors=need_vectors, encoder=encoder,
-                           progress=progress, log=log)
+                           need_codes=need_codes, progress=progress, log=log)
     enc = encoder or (default_encoder() if need_vectors else None)
     searcher = Searcher(engine, encoder=enc)
     results: dict[str, dict[str, float]] = {}

@@ -68,10 +68,21 @@ class Searcher:
             raise QueryError(f"k must be >= 1, got {limit}")
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
         ctx = QueryContext(query, filters, self.encoder)
-        fuser = self._fuser(prof) if len(prof.channels) > 1 else None
+        fuser = self._fuser(prof) if len(prof.channels) > 1 or prof.escalation else None
         t0 = time.perf_counter()
         lists = self._run_channels(prof, ctx)
         diag["stages"]["channels"] = {"ms": _ms(t0), "hits": {c: len(rl) for c, rl in lists.items()}}
+        esc = prof.escalation
+        if esc is not None:
+            floor = esc.min_acceptable if esc.min_acceptable is not None else prof.max_results
+            found = len(lists.get(esc.after, ()))
+            diag["escalated"] = found < floor
+            if found < floor:
+                te = time.perf_counter()
+                spec = ChannelSpec(k=esc.k, config=esc.config)
+                lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, self.engine, esc.k)
+                diag["stages"]["escalation"] = {"ms": _ms(te), "channel": esc.channel,
+                                                "hits": len(lists[esc.channel])}
         t1 = time.perf_counter()
         if fuser is None:
             (channel, rl), = lists.items()
@@ -81,6 +92,15 @@ class Searcher:
             fused = fuser.fuse(lists, limit)
             ids, scores, contributions = fused.ids, fused.scores, fused.contributions
         diag["stages"]["fuse"] = {"ms": _ms(t1), "hits": len(ids)}
+        if (prof.min_score > 0 or prof.gap > 0) and ids:
+            t2 = time.perf_counter()
+            ceiling = fuser.max_score(lists) if fuser is not None else scores[0]
+            keep = [i for i, s in enumerate(scores)
+                    if (ceiling <= 0 or s / ceiling >= prof.min_score) and s >= scores[0] * prof.gap]
+            ids, scores, contributions = ([ids[i] for i in keep], [scores[i] for i in keep],
+                                          [contributions[i] for i in keep])
+            diag["stages"]["prune"] = {"ms": _ms(t2), "hits": len(ids), "min_score": prof.min_score,
+                                       "gap": prof.gap}
         hits = _explain(ids, scores, contributions, lists)
         if with_documents and hits:
             docs = self.engine.get([h.id for h in hits])

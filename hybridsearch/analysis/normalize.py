@@ -54,6 +54,9 @@ class Lexicon:
             body = "|".join(re.escape(v) for v in alternatives)
             self._regex: re.Pattern[str] | None = re.compile(
                 rf"(?<![\w*])(?:{body})(?=s?(?![\w*]))", re.IGNORECASE)
+            # a match needs a variant as a substring of the lowered text: testing that first is much
+            # cheaper than the regex scan, which then runs only on texts that may match
+            self._anchors = tuple(entries)
         else:
             self._regex = None
 
@@ -91,6 +94,9 @@ class Lexicon:
 
     def apply(self, text: str) -> str:
         if self._regex is None:
+            return text
+        low = text.lower()
+        if not any(a in low for a in self._anchors):
             return text
         return self._regex.sub(lambda m: self.entries[m.group(0).lower()], text)
 

@@ -34,6 +34,12 @@ class VectorSearch(Protocol):
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]: ...
 
 
+@runtime_checkable
+class BinarySearch(Protocol):
+    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList: ...
+    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]: ...
+
+
 def open_engine(path_or_url: str, **options: Any) -> Engine:
     """Open the engine for a directory (embedded) or a URL (the engine registered for its scheme)."""
     from hybridsearch import plugins

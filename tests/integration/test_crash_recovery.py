@@ -1,5 +1,5 @@
 """Kill a writer process in the middle of a batch; after reopening, every acknowledged document
-is searchable in every channel and no half-written document is visible."""
+is searchable in every channel (BM25, dense, HDC) and no half-written document is visible."""
 
 from __future__ import annotations
 
@@ -57,9 +57,11 @@ WRITER = textwrap.dedent("""
         bm25_mod.Bm25Index._to_tantivy = slow_add
 
     e = EmbeddedEngine(path)
+    enc = e.hdc_encoder()
     b = first
     while True:
-        e.write(docs(b), vecs(b))
+        batch = docs(b)
+        e.write(batch, vecs(b), [enc.encode_document(d) for d in batch])
         print(f"ACK {{b}}", flush=True)
         b += 1
 """).format(batch=BATCH)
@@ -119,10 +121,14 @@ def test_kill_mid_batch_loses_nothing_acknowledged(tmp_path) -> None:
         assert set(acked) <= batches
         stats = e.stats()
         assert stats["bm25_docs"] == stats["documents"] == stats["vectors"] == stats["dense_vectors"]
+        assert stats["hdc_codes"] == stats["hdc_indexed"]["claim"] == stats["hdc_indexed"]["topic"] == len(stored)
+        enc = e.hdc_encoder()
         for b in sorted(batches):
             for i in (0, BATCH // 2, BATCH - 1):
                 doc_id = f"b{b}-{i}"
                 assert e.bm25(f"uniq{b}x{i}", k=1).ids == [doc_id]
                 assert e.knn(_vec(b, i), 1).ids == [doc_id]
+                code = enc.encode_document(e.get([doc_id])[doc_id])["claim"]
+                assert e.hamming(code, "claim", 1).ids == [doc_id]
                 assert e.get([doc_id])[doc_id].title == f"batch {b} item {i}"
         assert len(e.bm25("shared", k=100_000).ids) == len(stored)

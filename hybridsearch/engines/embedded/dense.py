@@ -1,4 +1,5 @@
-"""faiss dense index over normalised vectors: exact inner product up to a size, HNSW above it."""
+"""faiss indexes for the vector channels: float vectors by inner product (dense) and binary codes
+by Hamming distance (HDC). Exact search up to a size, HNSW above it."""
 
 from __future__ import annotations
 
@@ -20,15 +21,20 @@ HNSW_EF_SEARCH = 128
 faiss.omp_set_num_threads(1)
 
 
+_PARALLEL_FROM = 100_000  # below this many vectors one thread searches fastest
+
+
 class DenseIndex:
     """faiss ids are vector versions (vids), so HNSW, which cannot remove, can tombstone old ones.
 
     Exact mode removes for real. Past `exact_max` vectors the index is rebuilt as HNSW once;
-    it is rebuilt again when tombstones pass a fifth of its size.
+    it is rebuilt again when tombstones pass a fifth of its size. `binary=True` holds packed bit
+    codes (`dim` bits) and scores them as 1 - hamming/dim.
     """
 
-    def __init__(self, dim: int, exact_max: int) -> None:
+    def __init__(self, dim: int, exact_max: int, *, binary: bool = False) -> None:
         self.dim = dim
+        self.binary = binary
         self.exact_max = exact_max
         self.applied_seq = 0
         self._lock = threading.RLock()
@@ -40,6 +46,12 @@ class DenseIndex:
         self._index = self._new_index(hnsw=False)
 
     def _new_index(self, *, hnsw: bool) -> faiss.Index:
+        if self.binary:
+            base = faiss.IndexBinaryHNSW(self.dim, 16) if hnsw else faiss.IndexBinaryFlat(self.dim)
+            if hnsw:
+                base.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+                base.hnsw.efSearch = HNSW_EF_SEARCH
+            return faiss.IndexBinaryIDMap2(base)
         if hnsw:
             base = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
             base.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
@@ -57,7 +69,7 @@ class DenseIndex:
             if not vectors:
                 return
             labels = list(vectors)
-            mat = np.vstack([vectors[lb] for lb in labels]).astype(np.float32)
+            mat = np.vstack([vectors[lb] for lb in labels]).astype(np.uint8 if self.binary else np.float32)
             vids = np.arange(self._next_vid, self._next_vid + len(labels), dtype=np.int64)
             self._next_vid += len(labels)
             self._index.add_with_ids(mat, vids)
@@ -116,27 +128,42 @@ class DenseIndex:
                           if self.hnsw else faiss.SearchParameters(sel=sel))
             elif self.hnsw:
                 params = faiss.SearchParametersHNSW(efSearch=max(HNSW_EF_SEARCH, k))
-            q = np.ascontiguousarray(vec, dtype=np.float32).reshape(1, -1)
-            scores, vids_out = self._index.search(q, min(k, len(self._vid_of)), params=params)
+            q = np.ascontiguousarray(vec, dtype=np.uint8 if self.binary else np.float32).reshape(1, -1)
+            if self._index.ntotal >= _PARALLEL_FROM:
+                faiss.omp_set_num_threads(os.cpu_count() or 1)
+            try:
+                scores, vids_out = self._index.search(q, min(k, len(self._vid_of)), params=params)
+            finally:
+                faiss.omp_set_num_threads(1)
             labels, out = [], []
             for s, v in zip(scores[0].tolist(), vids_out[0].tolist(), strict=True):
                 if v < 0 or v in self._tombstones:
                     continue
                 labels.append(self._label_of[v])
-                out.append(float(s))
+                out.append(1.0 - s / self.dim if self.binary else float(s))
             return labels, out
 
     def score(self, vec: np.ndarray, labels: Sequence[int]) -> dict[int, float]:
+        """Exact scores of chosen labels: cosine, or 1 - hamming/dim for binary codes."""
         with self._lock:
-            q = np.asarray(vec, dtype=np.float32).ravel()
-            return {lb: float(np.dot(self._index.reconstruct(self._vid_of[lb]), q))
-                    for lb in labels if lb in self._vid_of}
+            present = [lb for lb in labels if lb in self._vid_of]
+            if not present:
+                return {}
+            mat = np.vstack([self._index.reconstruct(self._vid_of[lb]) for lb in present])
+            if self.binary:
+                q8 = np.asarray(vec, dtype=np.uint8).ravel()
+                dist = np.bitwise_count(np.bitwise_xor(mat, q8)).sum(axis=1)
+                sims = 1.0 - dist / self.dim
+            else:
+                sims = mat @ np.asarray(vec, dtype=np.float32).ravel()
+            return dict(zip(present, sims.tolist(), strict=True))
 
     # -- persistence (a checkpoint; the journal replays whatever came after it) -----------------
     def save(self, path: Path) -> None:
         with self._lock:
             buf = io.BytesIO()
-            np.savez(buf, index=faiss.serialize_index(self._index),
+            raw = faiss.serialize_index_binary(self._index) if self.binary else faiss.serialize_index(self._index)
+            np.savez(buf, index=raw,
                      vid_of=np.array(list(self._vid_of.items()), dtype=np.int64).reshape(-1, 2),
                      label_of=np.array(list(self._label_of.items()), dtype=np.int64).reshape(-1, 2),
                      tombstones=np.array(sorted(self._tombstones), dtype=np.int64),
@@ -147,15 +174,16 @@ class DenseIndex:
             os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path, dim: int, exact_max: int) -> DenseIndex:
-        self = cls(dim, exact_max)
+    def load(cls, path: Path, dim: int, exact_max: int, *, binary: bool = False) -> DenseIndex:
+        self = cls(dim, exact_max, binary=binary)
         if not path.exists():
             return self
         with np.load(path) as z:
             seq, next_vid, hnsw, saved_dim = (int(x) for x in z["state"])
             if saved_dim != dim:
                 return self
-            self._index = faiss.deserialize_index(z["index"])
+            self._index = (faiss.deserialize_index_binary(z["index"]) if binary
+                           else faiss.deserialize_index(z["index"]))
             self._vid_of = {int(a): int(b) for a, b in z["vid_of"]}
             self._label_of = {int(a): int(b) for a, b in z["label_of"]}
             self._tombstones = {int(x) for x in z["tombstones"]}

@@ -6,7 +6,8 @@ import fcntl
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ from hybridsearch.analysis import Analyzer, default_analyzer
 from hybridsearch.embeddings import DIM, MODEL_NAME
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
-from hybridsearch.engines.embedded.store import Store
+from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
 from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.hdc import HdcEncoder
+from hybridsearch.hdc.algebra import DIM as HDC_DIM
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters, RankedList, check_unique_ids
 
 DEFAULT_EXACT_MAX = 200_000
@@ -28,7 +31,7 @@ class EmbeddedEngine:
     """One index directory. The process holding `owner.lock` applies the journal to the derived
     indexes; other processes may append to the journal and read what the owner committed."""
 
-    capabilities = frozenset({"lexical", "vector"})
+    capabilities = frozenset({"lexical", "vector", "binary"})
 
     def __init__(self, path: str | os.PathLike[str], *, exact_max: int = DEFAULT_EXACT_MAX,
                  analyzer: Analyzer | None = None, model: str = MODEL_NAME, dim: int = DIM) -> None:
@@ -45,12 +48,19 @@ class EmbeddedEngine:
             self.owner = False
         self.store = Store(self.path / "store.sqlite")
         self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner)
-        self._dense_path = self.path / "dense.npz"
-        self.dense_index = DenseIndex.load(self._dense_path, dim, exact_max)
-        self._dense_saved_seq = self.dense_index.applied_seq
+        self.dense_index = DenseIndex.load(self.path / "dense.npz", dim, exact_max)
+        # derived vector indexes: name -> (index, checkpoint path, fetch vectors by label)
+        self._vector_indexes: dict[str, tuple[DenseIndex, Path, Callable[[list[int]], dict[int, np.ndarray]]]] = {
+            "dense": (self.dense_index, self.path / "dense.npz", self.store.vectors_by_label)}
+        for f in HDC_FIELDS:
+            idx = DenseIndex.load(self.path / f"hdc_{f}.npz", HDC_DIM, exact_max, binary=True)
+            self._vector_indexes[f"hdc:{f}"] = (idx, self.path / f"hdc_{f}.npz",
+                                                 partial(self.store.codes_by_label, field=f))
+        self._saved_seq = {name: idx.applied_seq for name, (idx, _, _) in self._vector_indexes.items()}
         self._id_of: dict[int, str] = self.store.id_map()
         self._label_of: dict[str, int] = {v: k for k, v in self._id_of.items()}
         self._seen_seq = self.store.max_seq()
+        self._hdc_encoder: HdcEncoder | None = None
         self._data_version = -1
         self.refresh()
 
@@ -66,7 +76,8 @@ class EmbeddedEngine:
             self._catch_up()
 
     def _catch_up(self) -> None:
-        start = min(self.bm25_index.applied_seq, self.dense_index.applied_seq, self._seen_seq)
+        start = min([self.bm25_index.applied_seq, self._seen_seq]
+                    + [idx.applied_seq for idx, _, _ in self._vector_indexes.values()])
         entries = self.store.journal_since(start)
         for e in entries:
             if e.seq > self._seen_seq:
@@ -90,33 +101,44 @@ class EmbeddedEngine:
                 self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
         else:
             self.bm25_index.reload()
-        todo = [e for e in entries if e.seq > self.dense_index.applied_seq]
-        if todo:
+        for name, (index, _, fetch) in self._vector_indexes.items():
+            todo = [e for e in entries if e.seq > index.applied_seq]
+            if not todo:
+                continue
             labels = list(dict.fromkeys(e.label for e in todo))
-            vectors = self.store.vectors_by_label(labels)
-            self.dense_index.remove([lb for lb in labels if lb not in vectors])
-            self.dense_index.upsert(vectors)
-            self.dense_index.applied_seq = last
-            if self.owner and last - self._dense_saved_seq >= _CHECKPOINT_EVERY:
-                self.checkpoint()
+            vectors = fetch(labels)
+            index.remove([lb for lb in labels if lb not in vectors])
+            index.upsert(vectors)
+            index.applied_seq = last
+            if self.owner and last - self._saved_seq[name] >= _CHECKPOINT_EVERY:
+                self._save(name)
+
+    def _save(self, name: str) -> None:
+        index, path, _ = self._vector_indexes[name]
+        if index.applied_seq != self._saved_seq[name]:
+            index.save(path)
+            self._saved_seq[name] = index.applied_seq
 
     def checkpoint(self) -> None:
-        """Persist the dense index so that the next open replays less of the journal."""
+        """Persist the vector indexes so that the next open replays less of the journal."""
         with self._lock:
-            if self.owner and self.dense_index.applied_seq != self._dense_saved_seq:
-                self.dense_index.save(self._dense_path)
-                self._dense_saved_seq = self.dense_index.applied_seq
+            if self.owner:
+                for name in self._vector_indexes:
+                    self._save(name)
 
     # -- writes ---------------------------------------------------------------------------------
-    def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> int:
-        """Store documents (and optionally their vectors) atomically; returns the journal seq.
-        When this returns, the documents are acknowledged: no crash can lose them."""
+    def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
+              codes: Sequence[Mapping[str, np.ndarray]] | None = None) -> int:
+        """Store documents (optionally with vectors and HDC codes) atomically; returns the journal
+        seq. When this returns, the documents are acknowledged: no crash can lose them."""
         docs = list(docs)
         check_unique_ids(docs)
         if vectors is not None:
             vectors = self._check_vectors(vectors, len(docs))
+        if codes is not None:
+            codes = self._check_codes(codes, len(docs))
         with self._lock:
-            seq = self.store.write(docs, vectors, self.model)
+            seq = self.store.write(docs, vectors, self.model, codes)
             self._catch_up()
             return seq
 
@@ -124,6 +146,13 @@ class EmbeddedEngine:
         vectors = self._check_vectors(vectors, len(ids))
         with self._lock:
             seq = self.store.set_vectors(list(ids), vectors, self.model)
+            self._catch_up()
+            return seq
+
+    def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]]) -> int:
+        codes = self._check_codes(codes, len(ids))
+        with self._lock:
+            seq = self.store.set_codes(list(ids), codes)
             self._catch_up()
             return seq
 
@@ -141,6 +170,19 @@ class EmbeddedEngine:
         if bad.size:
             raise ValidationError(f"row {int(bad[0])} has a non-finite value", field="vectors")
         return arr
+
+    def _check_codes(self, codes: Sequence[Mapping[str, np.ndarray]], n: int) -> list[Mapping[str, np.ndarray]]:
+        codes = list(codes)
+        if len(codes) != n:
+            raise ValidationError(f"expected {n} code sets, got {len(codes)}", field="codes")
+        for i, c in enumerate(codes):
+            for f, v in c.items():
+                if f not in HDC_FIELDS:
+                    raise ValidationError(f"row {i}: unknown field {f!r}; valid: {', '.join(HDC_FIELDS)}",
+                                          field="codes")
+                if np.asarray(v).dtype != np.uint8 or np.asarray(v).shape != (HDC_DIM // 8,):
+                    raise ValidationError(f"row {i}, {f}: expected {HDC_DIM // 8} uint8 bytes", field="codes")
+        return codes
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> dict[str, Document]:
@@ -191,6 +233,36 @@ class EmbeddedEngine:
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: s for lb, s in self.dense_index.score(vec, list(labels)).items()}
 
+    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
+        """Nearest codes of one HDC field; scores are similarities 1 - hamming/4096."""
+        index = self._hdc_index(field)
+        self.refresh()
+        allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
+        labels, scores = index.search(code, k, allowed)
+        return self._ranked(f"hdc:{field}", labels, scores)
+
+    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
+        """Exact similarity of `code` to the chosen documents' codes of `field` (absent: no entry)."""
+        index = self._hdc_index(field)
+        self.refresh()
+        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
+        return {labels[lb]: s for lb, s in index.score(code, list(labels)).items()}
+
+    def _hdc_index(self, field: str) -> DenseIndex:
+        if field not in HDC_FIELDS:
+            raise QueryError(f"unknown HDC field {field!r}; valid: {', '.join(HDC_FIELDS)}")
+        return self._vector_indexes[f"hdc:{field}"][0]
+
+    def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
+        """The HDC encoder for this index (its options are stored with the index)."""
+        options = self.store.hdc_options(ngrams=ngrams)
+        if self._hdc_encoder is None or self._hdc_encoder.ngrams != options["ngrams"]:
+            self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=options["ngrams"])
+        return self._hdc_encoder
+
+    def missing_codes(self) -> list[tuple[str, Document]]:
+        return self.store.missing_codes()
+
     def _ranked(self, channel: str, labels: list[int], scores: list[float]) -> RankedList:
         ids, out = [], []
         for lb, s in zip(labels, scores, strict=True):
@@ -214,6 +286,8 @@ class EmbeddedEngine:
             "dense_applied_seq": self.dense_index.applied_seq,
             "dense_vectors": len(self.dense_index),
             "dense_mode": "hnsw" if self.dense_index.hnsw else "exact",
+            "hdc_codes": self.store.count_codes(),
+            "hdc_indexed": {f: len(self._hdc_index(f)) for f in HDC_FIELDS},
             "bm25_fields": sorted(self.bm25_index.fields_present),
             "model": self.model,
         }

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from hybridsearch.errors import EngineError
+from hybridsearch.errors import EngineError, ValidationError
 from hybridsearch.models import Document, Filters
 
 _SCHEMA = """
@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS chunk_subjects(label INTEGER NOT NULL, subject TEXT N
     PRIMARY KEY(label, subject));
 CREATE INDEX IF NOT EXISTS chunk_subjects_subject ON chunk_subjects(subject);
 CREATE TABLE IF NOT EXISTS vectors(label INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS hdc(label INTEGER PRIMARY KEY, topic BLOB, claim BLOB, role BLOB, acts BLOB);
 CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
     id TEXT NOT NULL, label INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -46,7 +47,7 @@ def norm_key(value: str) -> str:
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     seq: int
-    op: str  # "upsert" | "delete" | "vector"
+    op: str  # "upsert" | "delete" | "vector" | "hdc"
     id: str
     label: int
 
@@ -67,8 +68,10 @@ class Store:
         self.conn.close()
 
     # -- writes -------------------------------------------------------------------------------
-    def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str) -> int:
-        """Upsert chunks (and their vectors) in one transaction; returns the last journal seq."""
+    def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str,
+              codes: Sequence[Mapping[str, np.ndarray]] | None = None) -> int:
+        """Upsert chunks (with their vectors and HDC codes when given) in one transaction; returns
+        the last journal seq. An updated chunk written without codes loses its stale codes."""
         with self._lock:
             c = self.conn
             try:
@@ -95,6 +98,10 @@ class Store:
                     if vectors is not None:
                         c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
                                   (label, model, vectors[i].astype(np.float32).tobytes()))
+                    if codes is not None:
+                        c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (label, *_code_row(codes[i])))
+                    elif row is not None:
+                        c.execute("DELETE FROM hdc WHERE label=?", (label,))
                     c.execute("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)", (d.id, label))
                 seq = c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0
                 c.execute("COMMIT")
@@ -115,7 +122,7 @@ class Store:
                     if row is None:
                         continue
                     label = row[0]
-                    for table in ("chunks", "chunk_subjects", "vectors"):
+                    for table in ("chunks", "chunk_subjects", "vectors", "hdc"):
                         c.execute(f"DELETE FROM {table} WHERE label=?", (label,))
                     c.execute("INSERT INTO journal(op, id, label) VALUES ('delete',?,?)", (id_, label))
                     deleted.append(id_)
@@ -139,6 +146,25 @@ class Store:
                     c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
                               (row[0], model, np.asarray(vec, dtype=np.float32).tobytes()))
                     c.execute("INSERT INTO journal(op, id, label) VALUES ('vector',?,?)", (id_, row[0]))
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return self.max_seq()
+
+    def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]]) -> int:
+        """Store HDC codes computed after ingest; journal op 'hdc'. Unknown ids are skipped."""
+        with self._lock:
+            c = self.conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                for id_, code in zip(ids, codes, strict=True):
+                    row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
+                    if row is None:
+                        continue
+                    c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (row[0], *_code_row(code)))
+                    c.execute("INSERT INTO journal(op, id, label) VALUES ('hdc',?,?)", (id_, row[0]))
                 c.execute("COMMIT")
             except BaseException:
                 if c.in_transaction:
@@ -182,12 +208,23 @@ class Store:
                 out[label] = np.frombuffer(blob, dtype=np.float32)
         return out
 
-    def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.conn.execute("SELECT label, vec FROM vectors ORDER BY label").fetchall()
-        labels = np.array([r[0] for r in rows], dtype=np.int64)
-        if not rows:
-            return labels, np.zeros((0, 0), dtype=np.float32)
-        return labels, np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+    def codes_by_label(self, labels: Sequence[int], field: str) -> dict[int, np.ndarray]:
+        if field not in HDC_FIELDS:
+            raise ValueError(f"unknown HDC field {field!r}")
+        out: dict[int, np.ndarray] = {}
+        for chunk in _chunks(labels):
+            q = f"SELECT label, {field} FROM hdc WHERE label IN ({','.join('?' * len(chunk))}) AND {field} IS NOT NULL"
+            for label, blob in self.conn.execute(q, chunk):
+                out[label] = np.frombuffer(blob, dtype=np.uint8)
+        return out
+
+    def missing_codes(self) -> list[tuple[str, Document]]:
+        q = ("SELECT c.id, c.doc FROM chunks c LEFT JOIN hdc h ON h.label = c.label"
+             " WHERE h.label IS NULL ORDER BY c.label")
+        return [(i, Document.model_validate_json(d, strict=False)) for i, d in self.conn.execute(q)]
+
+    def count_codes(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM hdc").fetchone()[0])
 
     def id_map(self) -> dict[int, str]:
         return dict(self.conn.execute("SELECT label, id FROM chunks"))
@@ -231,6 +268,20 @@ class Store:
         sql = "SELECT label FROM chunks" + (" WHERE " + " AND ".join(where) if where else "")
         return {r[0] for r in self.conn.execute(sql, args)}
 
+    def hdc_options(self, *, ngrams: bool | None = None) -> dict[str, bool]:
+        """The index's HDC encoding options, fixed at first use so that documents and queries are
+        always encoded alike."""
+        saved = self.get_meta("hdc")
+        if saved is not None:
+            options: dict[str, bool] = json.loads(saved)
+            if ngrams is not None and options.get("ngrams") != ngrams:
+                raise ValidationError(f"this index encodes HDC with ngrams={options.get('ngrams')}; "
+                                      "rebuild it to change that", field="ngrams")
+            return options
+        options = {"ngrams": DEFAULT_HDC_NGRAMS if ngrams is None else ngrams}
+        self.set_meta("hdc", options)
+        return options
+
     def get_meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
@@ -238,6 +289,17 @@ class Store:
     def set_meta(self, key: str, value: object) -> None:
         with self._lock:
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+
+HDC_FIELDS = ("topic", "claim", "role", "acts")
+DEFAULT_HDC_NGRAMS = False  # character 3-grams: see bench/hdc.py for the measurement behind it
+
+
+def _code_row(codes: Mapping[str, np.ndarray]) -> list[bytes | None]:
+    unknown = set(codes) - set(HDC_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown HDC fields {sorted(unknown)}; valid: {', '.join(HDC_FIELDS)}")
+    return [None if (v := codes.get(f)) is None else np.asarray(v, dtype=np.uint8).tobytes() for f in HDC_FIELDS]
 
 
 def hash_text(text: str) -> int:

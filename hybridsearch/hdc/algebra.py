@@ -1,0 +1,70 @@
+"""Hypervector algebra: 4096-bit binary vectors packed as 512 uint8 bytes (MSB-first, as numpy's
+packbits and OpenSearch's binary knn_vector both pack them).
+
+- random_hv(key): the PRNG is BLAKE2b keyed with "hybridsearch-hdc-v1", run in counter mode over
+  the UTF-8 key (eight 64-byte blocks). Identical on every process, machine and Python version;
+  never Python's hash().
+- bind: XOR (its own inverse).
+- bundle: per-bit majority vote; a tie (even count) takes the bit of TIE_BREAK = random_hv(
+  "__tie_break__"), so bundles of an even number of inputs are deterministic too.
+- similarity: 1 - hamming/4096 (0.5 for unrelated vectors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+DIM = 4096
+NBYTES = DIM // 8
+_KEY = b"hybridsearch-hdc-v1"
+
+
+@lru_cache(maxsize=200_000)
+def _hv_bytes(key: str) -> bytes:
+    data = key.encode("utf-8")
+    return b"".join(hashlib.blake2b(data, digest_size=64, key=_KEY, salt=i.to_bytes(16, "little")).digest()
+                    for i in range(NBYTES // 64))
+
+
+def random_hv(key: str) -> np.ndarray:
+    """The random hypervector of a string (a fresh, writable copy)."""
+    return np.frombuffer(_hv_bytes(key), dtype=np.uint8).copy()
+
+
+TIE_BREAK = random_hv("__tie_break__")
+_TIE_BITS = np.unpackbits(TIE_BREAK).astype(bool)
+
+
+def bind(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.bitwise_xor(a, b)
+
+
+def bit_counts(vectors: np.ndarray) -> np.ndarray:
+    """Per-bit count of ones over packed vectors of shape (n, 512)."""
+    return np.unpackbits(vectors, axis=1).sum(axis=0, dtype=np.int32)
+
+
+def majority(counts: np.ndarray, n: int) -> np.ndarray:
+    """Packed majority vector from per-bit counts over n inputs; ties take TIE_BREAK's bit."""
+    twice = 2 * counts
+    bits = (twice > n) | ((twice == n) & _TIE_BITS)
+    return np.packbits(bits)
+
+
+def bundle(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    mat = np.asarray(vectors, dtype=np.uint8).reshape(-1, NBYTES)
+    if len(mat) == 0:
+        raise ValueError("cannot bundle zero vectors")
+    return majority(bit_counts(mat), len(mat))
+
+
+def hamming(a: np.ndarray, b: np.ndarray) -> int:
+    return int(np.bitwise_count(np.bitwise_xor(a, b)).sum())
+
+
+def similarity(a: np.ndarray, b: np.ndarray) -> float:
+    return 1.0 - hamming(a, b) / DIM

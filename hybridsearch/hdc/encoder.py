@@ -1,0 +1,116 @@
+"""Per-field HDC encoding and the MRP-VM scoring formula.
+
+A unit gets one code per field: topic (title), claim (text), role and acts (utility_acts). A field
+code bundles the field's distinct tokens (from the shared analysis), each bound to the field's key
+vector (random_hv("field:<name>")). With `ngrams=True` a token's vector is itself the bundle of
+its character 3-grams ("#godel#" -> "#go", "god", ...), so spelling and notation variants land
+close together. An empty field has no code; it never matches anything, not even another empty
+field.
+
+Ties in a bundle of an even number of tokens go to the one fixed tie-break vector, so two short
+even bundles agree on their tied bits: two unrelated 2-token fields have similarity about 0.625,
+4-token ones about 0.57, 10-token ones about 0.53. The 0.50 of the scoring formula does not remove
+that part; odd bundles have no ties.
+
+Scoring: fieldScore = max(0, (sim - 0.5) * 2); final = sum(w_f * fieldScore_f) / sum(w_f) over the
+fields present on both sides (default weights topic 0.35, claim 0.35, role 0.20, acts 0.10).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hybridsearch.analysis import Analyzer, default_analyzer
+from hybridsearch.hdc.algebra import NBYTES, _hv_bytes, bit_counts, majority, random_hv
+from hybridsearch.models import Document
+
+FIELDS: tuple[str, ...] = ("topic", "claim", "role", "acts")
+DOC_FIELD = {"topic": "title", "claim": "text", "role": "role", "acts": "utility_acts"}
+QUERY_FIELDS: tuple[str, ...] = ("topic", "claim")
+
+
+class HdcWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topic: float = Field(default=0.35, ge=0.0)
+    claim: float = Field(default=0.35, ge=0.0)
+    role: float = Field(default=0.20, ge=0.0)
+    acts: float = Field(default=0.10, ge=0.0)
+
+    @field_validator("*")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+def field_score(sim: float) -> float:
+    return max(0.0, (sim - 0.5) * 2.0)
+
+
+def combine(sims: Mapping[str, float], weights: HdcWeights) -> float:
+    """Weighted field scores, renormalised over the fields present (those in `sims`)."""
+    total = sum(getattr(weights, f) for f in sims)
+    if total <= 0:
+        return 0.0
+    return sum(getattr(weights, f) * field_score(s) for f, s in sims.items()) / total
+
+
+class HdcEncoder:
+    def __init__(self, analyzer: Analyzer | None = None, *, ngrams: bool = False) -> None:
+        self.analyzer = analyzer or default_analyzer()
+        self.ngrams = ngrams
+        self._keys = {f: random_hv(f"field:{f}") for f in FIELDS}
+        self._key_bits = {f: np.unpackbits(k).astype(bool) for f, k in self._keys.items()}
+        self._token_cache: dict[str, bytes] = {}
+
+    def _token_bytes(self, token: str) -> bytes:
+        if not self.ngrams:
+            return _hv_bytes("tok:" + token)
+        cached = self._token_cache.get(token)
+        if cached is None:
+            padded = f"#{token}#"
+            grams = [padded[i:i + 3] for i in range(max(len(padded) - 2, 1))]
+            mat = np.frombuffer(b"".join(_hv_bytes("gram:" + g) for g in grams), dtype=np.uint8)
+            cached = majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams)).tobytes()
+            if len(self._token_cache) > 200_000:
+                self._token_cache.clear()
+            self._token_cache[token] = cached
+        return cached
+
+    def encode_tokens(self, field: str, tokens: list[str]) -> np.ndarray | None:
+        """Bundle of the distinct tokens, each bound (XOR) to the field key; None when empty."""
+        distinct = list(dict.fromkeys(tokens))
+        if not distinct:
+            return None
+        mat = np.frombuffer(b"".join(self._token_bytes(t) for t in distinct), dtype=np.uint8)
+        counts = bit_counts(mat.reshape(-1, NBYTES))
+        n = len(distinct)
+        # binding flips the bits where the key is 1, so the vote counts flip there too
+        counts = np.where(self._key_bits[field], n - counts, counts)
+        return majority(counts, n)
+
+    def encode_document(self, doc: Document) -> dict[str, np.ndarray]:
+        out = {}
+        for f in FIELDS:
+            text = getattr(doc, DOC_FIELD[f])
+            code = self.encode_tokens(f, self.analyzer.analyze(text)) if text else None
+            if code is not None:
+                out[f] = code
+        return out
+
+    def encode_query(self, text: str, *, role: str | None = None, acts: str | None = None) -> dict[str, np.ndarray]:
+        """A query is a topic and a claim vector; role/acts only when query understanding gives them."""
+        tokens = self.analyzer.analyze(text)
+        out = {}
+        for f, toks in (("topic", tokens), ("claim", tokens),
+                        ("role", self.analyzer.analyze(role) if role else []),
+                        ("acts", self.analyzer.analyze(acts) if acts else [])):
+            code = self.encode_tokens(f, toks)
+            if code is not None:
+                out[f] = code
+        return out
