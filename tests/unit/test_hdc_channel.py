@@ -20,7 +20,8 @@ from query_service.searcher import Searcher, adhoc_profile
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
 DOCS = [
-    Document(id="godel", title="Gödel incompleteness theorem", text="No consistent formal system proves its own consistency.",
+    Document(id="godel", title="Gödel incompleteness theorem",
+             text="No consistent formal system proves its own consistency.",
              role="theorem", utility_acts="bound provability"),
     Document(id="sylow", title="Sylow theorems", text="Finite groups have Sylow p-subgroups, all conjugate."),
     Document(id="no-title", title="", text="Incompleteness of arithmetic formal systems and consistency."),
