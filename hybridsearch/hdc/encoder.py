@@ -69,25 +69,26 @@ class HdcEncoder:
         self._token_cache: dict[str, bytes] = {}
 
     def _token_bytes(self, token: str) -> bytes:
-        if not self.ngrams:
-            return _hv_bytes("tok:" + token)
-        cached = self._token_cache.get(token)
-        if cached is None:
+        """The token's hypervector (cached): its random HV, or the bundle of its 3-grams' HVs."""
+        if self.ngrams:
             padded = f"#{token}#"
             grams = [padded[i:i + 3] for i in range(max(len(padded) - 2, 1))]
             mat = np.frombuffer(b"".join(_hv_bytes("gram:" + g) for g in grams), dtype=np.uint8)
-            cached = majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams)).tobytes()
-            if len(self._token_cache) > 200_000:
-                self._token_cache.clear()
-            self._token_cache[token] = cached
-        return cached
+            value = majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams)).tobytes()
+        else:
+            value = _hv_bytes("tok:" + token)
+        if len(self._token_cache) > 500_000:
+            self._token_cache.clear()
+        self._token_cache[token] = value
+        return value
 
     def encode_tokens(self, field: str, tokens: list[str]) -> np.ndarray | None:
         """Bundle of the distinct tokens, each bound (XOR) to the field key; None when empty."""
         distinct = list(dict.fromkeys(tokens))
         if not distinct:
             return None
-        mat = np.frombuffer(b"".join(self._token_bytes(t) for t in distinct), dtype=np.uint8)
+        cache = self._token_cache
+        mat = np.frombuffer(b"".join([cache.get(t) or self._token_bytes(t) for t in distinct]), dtype=np.uint8)
         counts = bit_counts(mat.reshape(-1, NBYTES))
         n = len(distinct)
         # binding flips the bits where the key is 1, so the vote counts flip there too

@@ -1,0 +1,178 @@
+"""HDC channel benchmarks; prints a table per part.
+
+    python bench/hdc.py encode  [--data ../shared/data/scifact]
+    python bench/hdc.py million [--n 1000000] [--queries 200]
+    python bench/hdc.py quality [--data ../shared/data/scifact ../shared/data/cacm]
+
+`million` builds its codes by encoding synthetic documents drawn from a Zipf vocabulary with
+SciFact-like lengths (random bits have no neighbourhood structure, so no graph index could find
+their neighbours): exact IndexBinaryFlat and IndexBinaryHNSW top-100 latency and HNSW recall@10.
+`quality` runs `hybridsearch eval`'s code path: BM25 alone, HDC alone, agreement fusion escalated
+(the kb-balanced profile) and always on (bm25+hdc:agreement), with and without character 3-grams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from hybridsearch.analysis import default_analyzer
+from hybridsearch.hdc import NBYTES, HdcEncoder
+from hybridsearch.hdc.algebra import _hv_bytes, majority
+from hybridsearch.metrics import percentile
+from indexer.loaders import BeirLoader, LoadReport
+
+SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+
+
+_DOCS: list = []
+
+
+def _encode_part(args: tuple[int, int, bool]) -> float:
+    start, stop, ngrams = args
+    enc = HdcEncoder(ngrams=ngrams)
+    t = time.perf_counter()
+    for d in _DOCS[start:stop]:
+        enc.encode_document(d)
+    return time.perf_counter() - t
+
+
+def bench_encode(data: Path) -> None:
+    global _DOCS
+    docs = _DOCS = list(BeirLoader().load(data, LoadReport()))
+    n = len(docs)
+    print(f"\n## encode: {n} documents of {data.name}, 4 fields each, analysis included\n")
+    print("| encoder | processes | caches | docs/s | ms/doc |\n|---|---|---|---|---|")
+    for ngrams in (False, True):
+        name = "3-grams" if ngrams else "tokens"
+        enc = HdcEncoder(ngrams=ngrams)
+        for caches in ("cold", "warm"):
+            t = time.perf_counter()
+            for d in docs:
+                enc.encode_document(d)
+            dt = time.perf_counter() - t
+            print(f"| {name} | 1 | {caches} | {n / dt:,.0f} | {dt / n * 1000:.3f} |")
+        with Pool(2) as pool:  # fork: children inherit the warm HV and analysis caches
+            dt = max(pool.map(_encode_part, [(0, n // 2, ngrams), (n // 2, n, ngrams)]))
+        print(f"| {name} | 2 | warm (forked) | {n / dt:,.0f} | {dt / n * 1000:.3f} |")
+    per_doc = 4 * NBYTES
+    print(f"\nmemory per document: 4 field codes = {per_doc} B = {per_doc / 1024:.1f} KiB (before index overhead)")
+
+
+# -- one million synthetic codes ----------------------------------------------------------------
+VOCAB = 50_000
+_TOKEN_BITS: np.ndarray | None = None
+_KEY_BITS: np.ndarray | None = None
+
+
+def _init_worker() -> None:
+    global _TOKEN_BITS, _KEY_BITS
+    _TOKEN_BITS = np.frombuffer(b"".join(_hv_bytes(f"tok:w{i}") for i in range(VOCAB)),
+                                dtype=np.uint8).reshape(VOCAB, NBYTES)
+    _KEY_BITS = np.unpackbits(np.frombuffer(_hv_bytes("field:claim"), dtype=np.uint8)).astype(bool)
+
+
+def _encode_synthetic(args: tuple[int, int, int]) -> np.ndarray:
+    """Codes for docs [start, stop): distinct Zipf tokens, lengths like SciFact's (distinct analysed
+    tokens per abstract, lognormal fit), bundled and bound to the claim key like real ones."""
+    start, stop, seed = args
+    assert _TOKEN_BITS is not None and _KEY_BITS is not None
+    rng = np.random.default_rng(seed)
+    out = np.empty((stop - start, NBYTES), dtype=np.uint8)
+    ranks = np.arange(1, VOCAB + 1)
+    p = 1.0 / ranks**1.07
+    p /= p.sum()
+    lengths = np.clip(rng.lognormal(mean=4.55, sigma=0.45, size=stop - start), 5, 400).astype(int)
+    for i, n in enumerate(lengths):
+        toks = np.unique(rng.choice(VOCAB, size=n, p=p))
+        counts = np.unpackbits(_TOKEN_BITS[toks], axis=1).sum(axis=0, dtype=np.int32)
+        counts = np.where(_KEY_BITS, len(toks) - counts, counts)
+        out[i] = majority(counts, len(toks))
+    return out
+
+
+def bench_million(n: int, nq: int) -> None:
+    t = time.perf_counter()
+    chunk = 20_000
+    jobs = [(s, min(s + chunk, n), s) for s in range(0, n, chunk)]
+    with Pool(os.cpu_count() or 1, initializer=_init_worker) as pool:
+        codes = np.vstack(pool.map(_encode_synthetic, jobs))
+    t_enc = time.perf_counter() - t
+    # queries: 10 tokens from the vocabulary's head and tail, encoded like a query claim vector
+    _init_worker()
+    queries = _encode_synthetic((0, nq, 999_999))
+    faiss.omp_set_num_threads(os.cpu_count() or 1)
+    flat = faiss.IndexBinaryFlat(NBYTES * 8)
+    flat.add(codes)
+    lat, exact_ids = [], []
+    for q in queries:
+        t = time.perf_counter()
+        _, ids = flat.search(q.reshape(1, -1), 100)
+        lat.append((time.perf_counter() - t) * 1000)
+        exact_ids.append(ids[0])
+    t = time.perf_counter()
+    hnsw = faiss.IndexBinaryHNSW(NBYTES * 8, 16)
+    hnsw.hnsw.efConstruction = 100
+    hnsw.add(codes)
+    t_build = time.perf_counter() - t
+    print(f"\n## {n:,} synthetic codes (one field), {nq} queries; synthetic encoding {t_enc:.0f}s, "
+          f"HNSW build {t_build:.0f}s\n")
+    print("| index | efSearch | p50 ms | p95 ms | recall@10 vs exact |\n|---|---|---|---|---|")
+    print(f"| exact IndexBinaryFlat | - | {percentile(lat, 50):.2f} | {percentile(lat, 95):.2f} | 1.000 |")
+    for ef in (64, 128, 256):
+        hnsw.hnsw.efSearch = ef
+        lat_h, rec = [], []
+        for q, ex in zip(queries, exact_ids, strict=True):
+            t = time.perf_counter()
+            _, ids = hnsw.search(q.reshape(1, -1), 100)
+            lat_h.append((time.perf_counter() - t) * 1000)
+            rec.append(len(set(ids[0][:10]) & set(ex[:10])) / 10)
+        print(f"| IndexBinaryHNSW M=16 | {ef} | {percentile(lat_h, 50):.2f} | {percentile(lat_h, 95):.2f} | "
+              f"{np.mean(rec):.3f} |")
+    graph = hnsw.hnsw.neighbors.size() * 4 + hnsw.hnsw.levels.size() * 4 + hnsw.hnsw.offsets.size() * 8
+    print(f"\nmemory: codes {codes.nbytes / n:.0f} B/doc per field (4 fields: {4 * codes.nbytes / n / 1024:.1f} KiB);"
+          f" HNSW graph {graph / n:.0f} B/doc per field")
+
+
+def bench_quality(datasets: list[Path]) -> None:
+    from query_service.evaluate import format_table, run_eval, run_specs
+
+    for ds in datasets:
+        for ngrams in (False, True):
+            with tempfile.TemporaryDirectory() as tmp:
+                from hybridsearch.engines.embedded.store import Store
+
+                store = Store(Path(tmp) / "store.sqlite")
+                store.hdc_options(ngrams=ngrams)
+                store.close()
+                specs = run_specs("bm25,hdc,bm25+hdc", "agreement", "kb-balanced")
+                res = run_eval(ds, specs, index_dir=Path(tmp), progress=False, log=lambda m: None)
+            print(f"\n## {ds.name}, HDC {'with character 3-grams' if ngrams else 'tokens only'}\n")
+            print(format_table(res))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("part", choices=["encode", "million", "quality"])
+    ap.add_argument("--data", type=Path, nargs="*", default=[SCIFACT])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--queries", type=int, default=200)
+    args = ap.parse_args()
+    default_analyzer()
+    if args.part == "encode":
+        bench_encode(args.data[0])
+    elif args.part == "million":
+        bench_million(args.n, args.queries)
+    else:
+        bench_quality(args.data)
+
+
+if __name__ == "__main__":
+    main()
