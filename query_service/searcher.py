@@ -14,6 +14,7 @@ from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchRe
 from query_service.channels import Channel, QueryContext
 from query_service.fusion import Fuser
 from query_service.profiles import ChannelSpec, Profile
+from query_service.pruning import prune
 
 
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
@@ -95,8 +96,7 @@ class Searcher:
         if (prof.min_score > 0 or prof.gap > 0) and ids:
             t2 = time.perf_counter()
             ceiling = fuser.max_score(lists) if fuser is not None else scores[0]
-            keep = [i for i, s in enumerate(scores)
-                    if (ceiling <= 0 or s / ceiling >= prof.min_score) and s >= scores[0] * prof.gap]
+            keep = prune(scores, ceiling=ceiling, min_score=prof.min_score, gap=prof.gap)
             ids, scores, contributions = ([ids[i] for i in keep], [scores[i] for i in keep],
                                           [contributions[i] for i in keep])
             diag["stages"]["prune"] = {"ms": _ms(t2), "hits": len(ids), "min_score": prof.min_score,
