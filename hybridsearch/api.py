@@ -17,14 +17,17 @@ class Handle:
         self._searcher: Any = None
 
     def search(self, query: str, profile: str = "hybrid", *, k: int | None = None,
-               filters: Filters | dict[str, Any] | None = None, with_documents: bool = True) -> SearchResult:
+               filters: Filters | dict[str, Any] | None = None, with_documents: bool = True,
+               **overrides: Any) -> SearchResult:
+        """Search with a profile; keyword overrides use dotted names passed as dict keys, e.g.
+        `search(q, "kb-balanced", **{"min_score": 0.2, "bm25.tie_breaker": 0.3})`."""
         from query_service.searcher import Searcher
 
         if self._searcher is None:
             self._searcher = Searcher(self.engine)
         f = Filters.model_validate(filters, strict=False) if isinstance(filters, dict) else filters
         result: SearchResult = self._searcher.search(query, profile, k=k, filters=f,
-                                                     with_documents=with_documents)
+                                                     with_documents=with_documents, overrides=overrides)
         return result
 
     def ingest(self, path: str | Path, *, loader: str | None = None, embed: bool = True,

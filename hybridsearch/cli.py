@@ -45,6 +45,27 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if summary.rejected and args.strict else 0
 
 
+def _parse_sets(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise HybridSearchError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _print_explain(result: Any) -> None:
+    for h in result.hits:
+        parts = " + ".join(f"{c} {v:.4f}" for c, v in h.contributions.items())
+        chans = ", ".join(f"{c}: raw {cs.raw:.4f}, norm {cs.normalized:.3f}, rank {cs.rank}"
+                          for c, cs in h.channels.items())
+        print(f"  {h.rank:>3}  {h.id}: {h.score:.4f} = {parts}   [{chans}]")
+
+
 def _print_hits(result: Any, show_title: bool = True) -> None:
     if not result.hits:
         print(f"  (no results: {result.diagnostics.get('reason', 'nothing matched')})")
@@ -100,13 +121,17 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
     with EmbeddedEngine(index_dir) as engine:
         searcher = Searcher(engine)
-        result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True)
+        result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True,
+                                 overrides=_parse_sets(args.set))
         searcher.close()
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
         print(f"query: {args.query}   ({result.diagnostics['profile']}, {result.diagnostics['ms']:.1f} ms)")
         _print_hits(result)
+        if args.explain:
+            print("explanation (final score = sum of contributions):")
+            _print_explain(result)
     return 0
 
 
@@ -205,7 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("query")
     s.add_argument("--channels", help="channels to combine, e.g. bm25,dense (overrides --profile)")
     s.add_argument("--fuser", default="rrf")
-    s.add_argument("--profile", default="hybrid")
+    s.add_argument("--profile", default="hybrid", help="a profile name or a YAML profile file")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a profile parameter, e.g. min_score=0.2, bm25.tie_breaker=0.3, fuser.rrf_k=20")
+    s.add_argument("--explain", action="store_true", help="print each hit's additive contributions")
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)

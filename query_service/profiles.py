@@ -3,13 +3,15 @@ candidates each, and how to fuse them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from hybridsearch.errors import ConfigError
+from hybridsearch.errors import ConfigError, ValidationError
 from hybridsearch.models import validate_record
 
 
@@ -45,6 +47,42 @@ class Profile(BaseModel):
     gap: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False,
                        description="confidence-gap pruning: drop hits below top score x gap")
 
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
+        """A copy with request-time overrides: `max_results`, `min_score`, `gap`, `<channel>.k`,
+        `<channel>.<param>` (the channel plugin's Config), `fuser.<param>` (the fuser's Config),
+        `escalation.<param>`. Every value is validated; an error names the parameter and its range."""
+        if not overrides:
+            return self
+        data = self.model_dump()
+        for key, value in overrides.items():
+            head, _, param = key.partition(".")
+            if not param and head in ("max_results", "min_score", "gap"):
+                data[head] = value
+            elif head in data["channels"] and param == "k":
+                data["channels"][head]["k"] = value
+            elif head in data["channels"] and param:
+                data["channels"][head]["config"][param] = value
+            elif head == "fuser" and param:
+                data["fuser_config"][param] = value
+            elif head == "escalation" and param and data["escalation"] is not None:
+                data["escalation"][param] = value
+            else:
+                valid = ["max_results", "min_score", "gap", "fuser.<param>"] + [
+                    f"{c}.<param>" for c in data["channels"]]
+                raise ValidationError(f"unknown parameter; valid: {', '.join(valid)}", field=key)
+        prof: Profile = validate_record(Profile, data)
+        prof.check_plugins()
+        return prof
+
+    def check_plugins(self) -> None:
+        """Validate channel and fuser configs against the plugins' Config models now, not mid-search."""
+        from hybridsearch import plugins
+
+        for name, spec in self.channels.items():
+            _validate_config(plugins.load("channels", name), spec.config, name)
+        if len(self.channels) > 1 or self.escalation is not None:
+            _validate_config(plugins.load("fusers", self.fuser), self.fuser_config, "fuser")
+
     @classmethod
     def from_yaml(cls, path: Path) -> Profile:
         try:
@@ -52,7 +90,17 @@ class Profile(BaseModel):
         except (OSError, yaml.YAMLError) as e:
             raise ConfigError(f"cannot read profile {path}: {e}") from e
         result: Profile = validate_record(cls, data, source=str(path))
+        result.check_plugins()
         return result
+
+
+def _validate_config(plugin: Any, config: Mapping[str, Any], prefix: str) -> None:
+    try:
+        plugin.Config(**config)
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join([prefix, *(str(p) for p in err["loc"])])
+        raise ValidationError(err["msg"], field=field) from None
 
 
 def _single(name: str, channel: str, description: str, **config: Any) -> Profile:

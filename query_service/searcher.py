@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from hybridsearch import plugins
@@ -25,6 +26,9 @@ def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> 
 
 
 def get_profile(name: str) -> Profile:
+    """A registered profile by name, or a YAML profile file by path."""
+    if name.endswith((".yaml", ".yml")):
+        return Profile.from_yaml(Path(name))
     prof = plugins.load("profiles", name)
     if not isinstance(prof, Profile):
         raise ConfigError(f"profile {name!r} is not a Profile")
@@ -60,10 +64,13 @@ class Searcher:
         return self._fusers[key]
 
     def search(self, query: str, profile: Profile | str = "hybrid", *, k: int | None = None,
-               filters: Filters | None = None, with_documents: bool = False) -> SearchResult:
+               filters: Filters | None = None, with_documents: bool = False,
+               overrides: Mapping[str, Any] | None = None) -> SearchResult:
         if not query or not query.strip():
             raise QueryError("query text is empty")
         prof = get_profile(profile) if isinstance(profile, str) else profile
+        if overrides:
+            prof = prof.with_overrides(overrides)
         limit = k if k is not None else prof.max_results
         if limit < 1:
             raise QueryError(f"k must be >= 1, got {limit}")

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybridsearch.errors import ValidationError
+from query_service.profiles import Profile
+from query_service.searcher import get_profile
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+
+
+def test_overrides_apply_and_are_validated() -> None:
+    p = get_profile("kb-balanced").with_overrides({"min_score": 0.2, "bm25.tie_breaker": 0.3,
+                                                     "bm25.k": 50, "fuser.bonus": 0.1})
+    assert p.min_score == 0.2 and p.channels["bm25"].k == 50
+    assert p.channels["bm25"].config == {"tie_breaker": 0.3} and p.fuser_config == {"bonus": 0.1}
+    with pytest.raises(ValidationError, match=r"field 'min_score'.*less than or equal to 1"):
+        get_profile("kb-balanced").with_overrides({"min_score": 1.5})
+    with pytest.raises(ValidationError, match=r"field 'gap'.*finite"):
+        get_profile("kb-balanced").with_overrides({"gap": float("nan")})
+    with pytest.raises(ValidationError, match=r"field 'bm25.tie_breaker'.*less than or equal to 1"):
+        get_profile("kb-balanced").with_overrides({"bm25.tie_breaker": 2})
+    with pytest.raises(ValidationError, match=r"field 'fuser.bonus'.*finite"):
+        get_profile("kb-balanced").with_overrides({"fuser.bonus": float("inf")})
+    with pytest.raises(ValidationError, match=r"field 'dense.k'.*unknown parameter"):
+        get_profile("kb-balanced").with_overrides({"dense.k": 5})
+
+
+def test_yaml_profile(tmp_path) -> None:
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\nchannels:\n  bm25: {k: 50, config: {mode: best_fields}}\n  hdc: {k: 50}\n"
+                 "fuser: agreement\nmax_results: 5\ngap: 0.2\n")
+    p = get_profile(str(f))
+    assert isinstance(p, Profile) and p.fuser == "agreement" and p.channels["bm25"].config["mode"] == "best_fields"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nchannels:\n  bm25: {config: {mode: sum}}\n")
+    with pytest.raises(ValidationError, match=r"bad.yaml.*bm25.mode|field 'bm25.mode'"):
+        get_profile(str(bad))
+
+
+def test_cli_explain_and_set(demo_copy) -> None:
+    out = subprocess.run([EXE, "search", "Brouwer fixed point", "--profile", "kb-balanced", "--explain",
+                          "--set", "gap=0.5", "--index-dir", str(demo_copy)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "explanation (final score = sum of contributions):" in out and " = bm25 " in out
+    res = json.loads(subprocess.run([EXE, "search", "Brouwer fixed point", "--profile", "kb-balanced",
+                                     "--set", "gap=0.9", "--json", "--index-dir", str(demo_copy)],
+                                    capture_output=True, text=True, check=True).stdout)
+    top = res["hits"][0]["score"]
+    assert all(h["score"] >= 0.9 * top for h in res["hits"])
+    bad = subprocess.run([EXE, "search", "x", "--profile", "kb-balanced", "--set", "min_score=7",
+                          "--index-dir", str(demo_copy)], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "min_score" in bad.stderr
