@@ -153,6 +153,23 @@ class Filters(_Model):
         return not any(getattr(self, f) for f in type(self).model_fields)
 
 
+@dataclass(frozen=True, slots=True)
+class DocInfo:
+    """The few fields that diversity and evidence packing need, small enough to cache per chunk."""
+
+    work_id: str
+    source: str | None
+    page: int | None
+    authors: tuple[str, ...]
+    venue: str | None
+    kind: str | None
+    title: str
+
+    @classmethod
+    def of(cls, d: Document) -> DocInfo:
+        return cls(d.work_id, d.source, d.page, tuple(d.authors), d.venue, d.kind, d.title)
+
+
 @dataclass(slots=True)
 class ChannelScore:
     """One channel's view of a hit: raw score, normalised score and 1-based rank."""
@@ -199,6 +216,7 @@ class SearchResult(BaseModel):
     query: str
     hits: list[Hit] = Field(default_factory=list)
     diagnostics: dict[str, Any] = Field(default_factory=dict)
+    evidence: Any = None  # an evidence pack (query_service.evidence.EvidencePack) when the profile asks
 
 
 Bm25Mode = Literal["most_fields", "best_fields"]

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hybridsearch.errors import ConfigError, ValidationError
 from hybridsearch.models import validate_record
+from query_service.evidence import EvidenceConfig
 
 
 class ChannelSpec(BaseModel):
@@ -33,6 +34,18 @@ class Escalation(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+class DiversityConfig(BaseModel):
+    """See query_service.diversity; `None` turns a rule off."""
+
+    model_config = ConfigDict(extra="forbid")
+    by_work: bool = True
+    near_duplicate: float | None = Field(default=0.82, ge=0.0, le=1.0, allow_inf_nan=False)
+    per_page: int | None = Field(default=2, ge=1)
+    per_author: int | None = Field(default=None, ge=1)
+    per_venue: int | None = Field(default=None, ge=1)
+    mmr_lambda: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -46,6 +59,10 @@ class Profile(BaseModel):
                              description="on the fused score divided by its maximum attainable value")
     gap: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False,
                        description="confidence-gap pruning: drop hits below top score x gap")
+    diversity: DiversityConfig | None = None
+    evidence: EvidenceConfig | None = None
+    expansion: str | None = Field(default=None, description="a query expansion stage by name; "
+                                  "'symbolic' is the seam for bounded symbolic closure")
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
         """A copy with request-time overrides: `max_results`, `min_score`, `gap`, `<channel>.k`,
@@ -66,6 +83,8 @@ class Profile(BaseModel):
                 data["fuser_config"][param] = value
             elif head == "escalation" and param and data["escalation"] is not None:
                 data["escalation"][param] = value
+            elif head in ("diversity", "evidence") and param:
+                data[head] = {**(data[head] or {}), param: value}
             else:
                 valid = ["max_results", "min_score", "gap", "fuser.<param>"] + [
                     f"{c}.<param>" for c in data["channels"]]
@@ -113,6 +132,12 @@ LEXICAL_BEST = _single("lexical-best", "bm25", "BM25 alone, best_fields (dis_max
                        mode="best_fields", tie_breaker=0.2)
 SEMANTIC = _single("semantic", "dense", "all-MiniLM-L6-v2 cosine alone")
 HDC = _single("hdc", "hdc", "HDC/VSA hypervectors alone (Hamming, MRP-VM field weights)")
+KB_FAST = Profile(name="kb-fast", description="MRP-VM kb-fast: BM25 only, max precision",
+                  channels={"bm25": ChannelSpec(k=100)}, max_results=3, min_score=0.35, gap=0.5)
+KB_THINKINGDB = Profile(
+    name="kb-thinkingdb",
+    description="MRP-VM kb-thinkingdb: BM25 (+ bounded symbolic expansion once that stage is installed)",
+    channels={"bm25": ChannelSpec(k=100)}, max_results=8, min_score=0.12, gap=0.25, expansion="symbolic")
 KB_BALANCED = Profile(
     name="kb-balanced", description="MRP-VM kb-balanced: BM25, HDC escalation, agreement fusion",
     channels={"bm25": ChannelSpec(k=100)}, fuser="agreement",

@@ -13,9 +13,13 @@ from hybridsearch.embeddings import Encoder
 from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
 from query_service.channels import Channel, QueryContext
+from query_service.diversity import diversify, mmr
+from query_service.evidence import pack
 from query_service.fusion import Fuser
 from query_service.profiles import ChannelSpec, Profile
 from query_service.pruning import prune
+
+_EXPANSIONS: frozenset[str] = frozenset()  # query expansion stages installed so far
 
 
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
@@ -92,12 +96,13 @@ class Searcher:
                 diag["stages"]["escalation"] = {"ms": _ms(te), "channel": esc.channel,
                                                 "hits": len(lists[esc.channel])}
         t1 = time.perf_counter()
+        pool = limit * 3 if prof.diversity is not None else limit  # room for what diversity drops
         if fuser is None:
             (channel, rl), = lists.items()
-            ids, scores = rl.ids[:limit], rl.scores[:limit]
+            ids, scores = rl.ids[:pool], rl.scores[:pool]
             contributions = [{channel: s} for s in scores]
         else:
-            fused = fuser.fuse(lists, limit)
+            fused = fuser.fuse(lists, pool)
             ids, scores, contributions = fused.ids, fused.scores, fused.contributions
         diag["stages"]["fuse"] = {"ms": _ms(t1), "hits": len(ids)}
         if (prof.min_score > 0 or prof.gap > 0) and ids:
@@ -108,15 +113,39 @@ class Searcher:
                                           [contributions[i] for i in keep])
             diag["stages"]["prune"] = {"ms": _ms(t2), "hits": len(ids), "min_score": prof.min_score,
                                        "gap": prof.gap}
+        if prof.diversity is not None and ids:
+            t3 = time.perf_counter()
+            dv = prof.diversity
+            need_vecs = dv.near_duplicate is not None or dv.mmr_lambda is not None
+            vecs = self.engine.vectors(ids) if need_vecs and hasattr(self.engine, "vectors") else {}
+            keep, dropped = diversify(ids, self.engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
+                                      near_duplicate=dv.near_duplicate, per_page=dv.per_page,
+                                      per_author=dv.per_author, per_venue=dv.per_venue)
+            if dv.mmr_lambda is not None:
+                sub = [ids[i] for i in keep]
+                keep = [keep[j] for j in mmr(sub, [scores[i] for i in keep], vecs.get, limit, dv.mmr_lambda)]
+            ids, scores, contributions = ([ids[i] for i in keep], [scores[i] for i in keep],
+                                          [contributions[i] for i in keep])
+            diag["stages"]["diversity"] = {"ms": _ms(t3), "hits": len(ids), "dropped": dropped}
+        ids, scores, contributions = ids[:limit], scores[:limit], contributions[:limit]
         hits = _explain(ids, scores, contributions, lists)
         if with_documents and hits:
             docs = self.engine.get([h.id for h in hits])
             for h in hits:
                 h.document = docs.get(h.id)
+        evidence = None
+        if prof.evidence is not None and hits:
+            t4 = time.perf_counter()
+            docs = self.engine.get(ids)
+            evidence = pack(query, ids, scores, docs, prof.evidence)
+            diag["stages"]["evidence"] = {"ms": _ms(t4), "items": len(evidence.items), "tokens": evidence.tokens}
+        if prof.expansion is not None and prof.expansion not in _EXPANSIONS:
+            diag["expansion"] = f"stage {prof.expansion!r} is not installed; ran without it"
         diag["ms"] = _ms(t0)
         if not hits:
-            diag["reason"] = "no channel returned a match"
-        return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag)
+            diag["reason"] = ("every candidate fell below the score floors" if "prune" in diag["stages"]
+                              else "no channel returned a match")
+        return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
 
     def _run_channels(self, prof: Profile, ctx: QueryContext) -> dict[str, RankedList]:
         specs = list(prof.channels.items())

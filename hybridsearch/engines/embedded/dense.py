@@ -143,6 +143,10 @@ class DenseIndex:
                 out.append(1.0 - s / self.dim if self.binary else float(s))
             return labels, out
 
+    def vectors(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
+        with self._lock:
+            return {lb: self._index.reconstruct(self._vid_of[lb]) for lb in labels if lb in self._vid_of}
+
     def score(self, vec: np.ndarray, labels: Sequence[int]) -> dict[int, float]:
         """Exact scores of chosen labels: cosine, or 1 - hamming/dim for binary codes."""
         with self._lock:

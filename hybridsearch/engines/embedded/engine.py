@@ -21,7 +21,15 @@ from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
 from hybridsearch.errors import QueryError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
-from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters, RankedList, check_unique_ids
+from hybridsearch.models import (
+    BM25_FIELD_WEIGHTS,
+    Bm25Mode,
+    DocInfo,
+    Document,
+    Filters,
+    RankedList,
+    check_unique_ids,
+)
 
 DEFAULT_EXACT_MAX = 200_000
 _CHECKPOINT_EVERY = 20_000  # journal entries between dense checkpoints
@@ -61,6 +69,7 @@ class EmbeddedEngine:
         self._label_of: dict[str, int] = {v: k for k, v in self._id_of.items()}
         self._seen_seq = self.store.max_seq()
         self._hdc_encoder: HdcEncoder | None = None
+        self._info: dict[str, DocInfo] = {}
         self._data_version = -1
         self.refresh()
 
@@ -81,6 +90,7 @@ class EmbeddedEngine:
         entries = self.store.journal_since(start)
         for e in entries:
             if e.seq > self._seen_seq:
+                self._info.pop(e.id, None)
                 if e.op == "delete":
                     self._id_of.pop(e.label, None)
                     self._label_of.pop(e.id, None)
@@ -262,6 +272,23 @@ class EmbeddedEngine:
 
     def missing_codes(self) -> list[tuple[str, Document]]:
         return self.store.missing_codes()
+
+    def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
+        """Work, source, page, authors, venue, kind and title of chunks (cached in memory)."""
+        self.refresh()
+        missing = [i for i in ids if i not in self._info]
+        if missing:
+            if len(self._info) > 200_000:
+                self._info.clear()
+            for id_, d in self.store.docs_by_id(missing).items():
+                self._info[id_] = DocInfo.of(d)
+        return {i: self._info[i] for i in ids if i in self._info}
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The dense vectors of chunks that have one."""
+        self.refresh()
+        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
+        return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
 
     def _ranked(self, channel: str, labels: list[int], scores: list[float]) -> RankedList:
         ids, out = [], []
