@@ -16,6 +16,7 @@ from query_service.channels import Channel, QueryContext
 from query_service.diversity import diversify, mmr
 from query_service.evidence import pack
 from query_service.fusion import Fuser
+from query_service.multi import MultiEngine
 from query_service.profiles import ChannelSpec, Profile
 from query_service.pruning import prune
 
@@ -40,8 +41,13 @@ def get_profile(name: str) -> Profile:
 
 
 class Searcher:
+    """Runs profiles over one engine, or over several named ones (knowledge bases): then
+    `search(..., kb_names=[...])` picks which, all by default, and merges their candidates
+    before fusion (ids become `<kb>:<id>`)."""
+
     def __init__(self, engine: Any, *, encoder: Encoder | None = None) -> None:
-        self.engine = engine
+        self.kbs: dict[str, Any] = dict(engine) if isinstance(engine, Mapping) else {}
+        self.engine = MultiEngine(self.kbs) if self.kbs else engine
         self.encoder = encoder
         self._channels: dict[tuple[str, str], Channel] = {}
         self._fusers: dict[tuple[str, str], Fuser] = {}
@@ -69,9 +75,16 @@ class Searcher:
 
     def search(self, query: str, profile: Profile | str = "hybrid", *, k: int | None = None,
                filters: Filters | None = None, with_documents: bool = False,
-               overrides: Mapping[str, Any] | None = None) -> SearchResult:
+               overrides: Mapping[str, Any] | None = None,
+               kb_names: Sequence[str] | None = None) -> SearchResult:
         if not query or not query.strip():
             raise QueryError("query text is empty")
+        engine = self.engine
+        if kb_names is not None:
+            unknown = [n for n in kb_names if n not in self.kbs]
+            if unknown:
+                raise QueryError(f"unknown knowledge bases {unknown}; valid: {', '.join(self.kbs) or 'none'}")
+            engine = MultiEngine({n: self.kbs[n] for n in kb_names})
         prof = get_profile(profile) if isinstance(profile, str) else profile
         if overrides:
             prof = prof.with_overrides(overrides)
@@ -82,7 +95,7 @@ class Searcher:
         ctx = QueryContext(query, filters, self.encoder)
         fuser = self._fuser(prof) if len(prof.channels) > 1 or prof.escalation else None
         t0 = time.perf_counter()
-        lists = self._run_channels(prof, ctx)
+        lists = self._run_channels(prof, ctx, engine)
         diag["stages"]["channels"] = {"ms": _ms(t0), "hits": {c: len(rl) for c, rl in lists.items()}}
         esc = prof.escalation
         if esc is not None:
@@ -92,7 +105,7 @@ class Searcher:
             if found < floor:
                 te = time.perf_counter()
                 spec = ChannelSpec(k=esc.k, config=esc.config)
-                lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, self.engine, esc.k)
+                lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k)
                 diag["stages"]["escalation"] = {"ms": _ms(te), "channel": esc.channel,
                                                 "hits": len(lists[esc.channel])}
         t1 = time.perf_counter()
@@ -117,8 +130,8 @@ class Searcher:
             t3 = time.perf_counter()
             dv = prof.diversity
             need_vecs = dv.near_duplicate is not None or dv.mmr_lambda is not None
-            vecs = self.engine.vectors(ids) if need_vecs and hasattr(self.engine, "vectors") else {}
-            keep, dropped = diversify(ids, self.engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
+            vecs = engine.vectors(ids) if need_vecs and hasattr(engine, "vectors") else {}
+            keep, dropped = diversify(ids, engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
                                       near_duplicate=dv.near_duplicate, per_page=dv.per_page,
                                       per_author=dv.per_author, per_venue=dv.per_venue)
             if dv.mmr_lambda is not None:
@@ -130,13 +143,13 @@ class Searcher:
         ids, scores, contributions = ids[:limit], scores[:limit], contributions[:limit]
         hits = _explain(ids, scores, contributions, lists)
         if with_documents and hits:
-            docs = self.engine.get([h.id for h in hits])
+            docs = engine.get([h.id for h in hits])
             for h in hits:
                 h.document = docs.get(h.id)
         evidence = None
         if prof.evidence is not None and hits:
             t4 = time.perf_counter()
-            docs = self.engine.get(ids)
+            docs = engine.get(ids)
             evidence = pack(query, ids, scores, docs, prof.evidence)
             diag["stages"]["evidence"] = {"ms": _ms(t4), "items": len(evidence.items), "tokens": evidence.tokens}
         if prof.expansion is not None and prof.expansion not in _EXPANSIONS:
@@ -147,18 +160,18 @@ class Searcher:
                               else "no channel returned a match")
         return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
 
-    def _run_channels(self, prof: Profile, ctx: QueryContext) -> dict[str, RankedList]:
+    def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())
         chans = [(name, self._channel(name, spec), spec.k) for name, spec in specs]
         try:
             if len(chans) == 1:
                 name, ch, kk = chans[0]
-                return {name: ch.retrieve(ctx, self.engine, kk)}
+                return {name: ch.retrieve(ctx, engine, kk)}
             if any(name == "dense" for name, _, _ in chans):
                 _ = ctx.vector  # embed once, before the parallel calls
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="channel")
-            futures = {name: self._pool.submit(ch.retrieve, ctx, self.engine, kk) for name, ch, kk in chans}
+            futures = {name: self._pool.submit(ch.retrieve, ctx, engine, kk) for name, ch, kk in chans}
             return {name: f.result() for name, f in futures.items()}
         except HybridSearchError:
             raise

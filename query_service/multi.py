@@ -1,0 +1,94 @@
+"""Several knowledge bases searched in one call (VoiceVault's `kb_names`).
+
+MultiEngine fans each channel call out to its engines and merges the candidates before fusion.
+Ids are qualified as `<kb>:<id>`. Cosine and Hamming similarities are comparable across indexes
+and merge as they are; raw BM25 is not (each index has its own idf and lengths), so each KB's
+BM25 list is divided by its own top score first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from hybridsearch.errors import QueryError
+from hybridsearch.models import DocInfo, Document, Filters, RankedList
+
+SEP = ":"
+
+
+class MultiEngine:
+    def __init__(self, engines: Mapping[str, Any]) -> None:
+        if not engines:
+            raise QueryError("no knowledge base selected")
+        bad = [n for n in engines if SEP in n]
+        if bad:
+            raise QueryError(f"knowledge base names may not contain {SEP!r}: {bad}")
+        self.engines = dict(engines)
+
+    def _split(self, ids: Sequence[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for q in ids:
+            kb, sep, id_ = q.partition(SEP)
+            if sep and kb in self.engines:
+                out.setdefault(kb, []).append(id_)
+        return out
+
+    def _merge(self, channel: str, parts: Mapping[str, RankedList], k: int, *, by_top: bool) -> RankedList:
+        items: list[tuple[float, str]] = []
+        for kb, rl in parts.items():
+            top = rl.scores[0] if by_top and rl.scores and rl.scores[0] > 0 else 1.0
+            items.extend((s / top, f"{kb}{SEP}{i}") for i, s in rl.items())
+        items.sort(key=lambda x: (-x[0], x[1]))
+        return RankedList.of(channel, [i for _, i in items[:k]], [s for s, _ in items[:k]])
+
+    def bm25(self, query: Any, fields: Any = None, k: int = 10, filters: Filters | None = None,
+             **options: Any) -> RankedList:
+        parts = {kb: e.bm25(query, fields, k, filters, **options) for kb, e in self.engines.items()}
+        return self._merge("bm25", parts, k, by_top=True)
+
+    def term_stats(self, terms: Sequence[str]) -> dict[str, Any]:
+        stats = [e.term_stats(terms) for e in self.engines.values()]
+        n = sum(s["num_docs"] for s in stats)
+        out = {}
+        for t in terms:
+            df = sum(s["terms"][t]["df"] for s in stats)
+            out[t] = {"df": df, "idf": float(np.log(1 + (n - df + 0.5) / (df + 0.5))) if n else 0.0}
+        return {"num_docs": n, "terms": out}
+
+    def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
+        return self._merge("dense", {kb: e.knn(vec, k, filters) for kb, e in self.engines.items()}, k, by_top=False)
+
+    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
+        parts = {kb: e.hamming(code, field, k, filters) for kb, e in self.engines.items()}
+        return self._merge(f"hdc:{field}", parts, k, by_top=False)
+
+    def hdc_encoder(self) -> Any:
+        encoders = [e.hdc_encoder() for e in self.engines.values()]
+        if len({enc.ngrams for enc in encoders}) > 1:
+            raise QueryError("the selected knowledge bases encode HDC differently (ngrams); search them apart")
+        return encoders[0]
+
+    def _routed(self, method: str, ids: Sequence[str], *args: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for kb, local in self._split(ids).items():
+            got = getattr(self.engines[kb], method)(*args, local) if args else getattr(self.engines[kb], method)(local)
+            out.update({f"{kb}{SEP}{i}": v for i, v in got.items()})
+        return out
+
+    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
+        return self._routed("hamming_score", ids, code, field)
+
+    def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        return self._routed("vector_score", ids, vec)
+
+    def get(self, ids: Sequence[str]) -> dict[str, Document]:
+        return self._routed("get", ids)
+
+    def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
+        return self._routed("doc_info", ids)
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return self._routed("vectors", ids)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.errors import QueryError
+from indexer.loaders import BeirLoader, LoadReport
+from query_service.searcher import Searcher, adhoc_profile
+from tests.conftest import DEMO
+
+
+@pytest.fixture
+def kbs(tmp_path, encoder):
+    docs = list(BeirLoader().load(DEMO, LoadReport()))
+    topo = [d for d in docs if d.id.startswith("topo-")]
+    alg = [d for d in docs if d.id.startswith("alg-")]
+    engines = {}
+    for name, part in (("topology", topo), ("algebra", alg)):
+        e = EmbeddedEngine(tmp_path / name)
+        enc = e.hdc_encoder()
+        e.write(part, encoder.encode([d.dense_text for d in part]), [enc.encode_document(d) for d in part])
+        engines[name] = e
+    yield engines
+    for e in engines.values():
+        e.close()
+
+
+def test_one_call_searches_several_knowledge_bases(kbs, encoder) -> None:
+    s = Searcher(kbs, encoder=encoder)
+    res = s.search("fundamental group and Galois group", adhoc_profile(["bm25", "dense", "hdc"]), k=20,
+                   with_documents=True)
+    kbs_hit = {h.id.split(":", 1)[0] for h in res.hits}
+    assert kbs_hit == {"topology", "algebra"}
+    assert all(h.document is not None for h in res.hits)
+    only = s.search("fundamental group and Galois group", adhoc_profile(["bm25", "dense"]), k=20,
+                    kb_names=["algebra"])
+    assert {h.id.split(":", 1)[0] for h in only.hits} == {"algebra"}
+    with pytest.raises(QueryError, match="unknown knowledge bases"):
+        s.search("x", "lexical", kb_names=["nope"])
+    s.close()
+
+
+def test_bm25_lists_are_merged_on_each_kb_top_score(kbs) -> None:
+    s = Searcher(kbs)
+    res = s.search("group", "lexical", k=50)
+    tops = [h for h in res.hits if h.score == pytest.approx(1.0)]
+    assert {h.id.split(":", 1)[0] for h in tops} == {"topology", "algebra"}
+    s.close()
