@@ -59,6 +59,12 @@ class Profile(BaseModel):
                              description="on the fused score divided by its maximum attainable value")
     gap: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False,
                        description="confidence-gap pruning: drop hits below top score x gap")
+    semantic_floor: float | None = Field(
+        default=None, ge=-1.0, le=1.0, allow_inf_nan=False,
+        description="raw cosine: when no candidate reaches it the query is out of domain (empty result)")
+    min_semantic: float | None = Field(
+        default=None, ge=-1.0, le=1.0, allow_inf_nan=False,
+        description="raw cosine: candidates below it are dropped before fusion (AICO's min_semantic_score)")
     diversity: DiversityConfig | None = None
     evidence: EvidenceConfig | None = None
     expansion: str | None = Field(default=None, description="a query expansion stage by name; "
@@ -73,7 +79,7 @@ class Profile(BaseModel):
         data = self.model_dump()
         for key, value in overrides.items():
             head, _, param = key.partition(".")
-            if not param and head in ("max_results", "min_score", "gap"):
+            if not param and head in ("max_results", "min_score", "gap", "semantic_floor", "min_semantic"):
                 data[head] = value
             elif head in data["channels"] and param == "k":
                 data["channels"][head]["k"] = value
@@ -142,6 +148,9 @@ KB_BALANCED = Profile(
     name="kb-balanced", description="MRP-VM kb-balanced: BM25, HDC escalation, agreement fusion",
     channels={"bm25": ChannelSpec(k=100)}, fuser="agreement",
     escalation=Escalation(channel="hdc", after="bm25", k=100), max_results=7, min_score=0.15, gap=0.35)
+# MiniLM's semantic floor, calibrated on the demo corpus: its out-of-domain queries reach at most
+# cosine 0.246 with any unit; every in-domain query's best relevant unit reaches at least 0.350.
+SEMANTIC_FLOOR = 0.30
 HYBRID = Profile(name="hybrid", description="BM25 + dense, RRF k=60",
                  channels={"bm25": ChannelSpec(k=100), "dense": ChannelSpec(k=100)},
-                 fuser="rrf", fuser_config={"rrf_k": 60}, max_results=100)
+                 fuser="rrf", fuser_config={"rrf_k": 60}, max_results=100, semantic_floor=SEMANTIC_FLOOR)

@@ -108,6 +108,14 @@ class Searcher:
                 lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k)
                 diag["stages"]["escalation"] = {"ms": _ms(te), "channel": esc.channel,
                                                 "hits": len(lists[esc.channel])}
+        if prof.semantic_floor is not None or prof.min_semantic is not None:
+            tf = time.perf_counter()
+            lists, reason = self._semantic_floor(prof, ctx, engine, lists)
+            diag["stages"]["semantic_floor"] = {"ms": _ms(tf), "hits": {c: len(rl) for c, rl in lists.items()}}
+            if reason is not None:
+                diag["reason"] = reason
+                diag["ms"] = _ms(t0)
+                return SearchResult.model_construct(query=query, hits=[], diagnostics=diag, evidence=None)
         t1 = time.perf_counter()
         pool = limit * 3 if prof.diversity is not None else limit  # room for what diversity drops
         if fuser is None:
@@ -160,6 +168,26 @@ class Searcher:
                               else "no channel returned a match")
         return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
 
+    @staticmethod
+    def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any,
+                        lists: dict[str, RankedList]) -> tuple[dict[str, RankedList], str | None]:
+        """Raw cosine of every candidate (dense scores, or `vector_score` for the others): the
+        out-of-domain gate, then the per-candidate minimum."""
+        cos: dict[str, float] = dict(lists["dense"].items()) if "dense" in lists else {}
+        others = [i for rl in lists.values() for i in rl.ids if i not in cos]
+        if others:
+            cos.update(engine.vector_score(ctx.vector, list(dict.fromkeys(others))))
+        best = max(cos.values(), default=float("-inf"))
+        if prof.semantic_floor is not None and best < prof.semantic_floor:
+            return {c: RankedList.of(c, [], []) for c in lists}, (
+                f"out of domain: no candidate reaches the semantic floor {prof.semantic_floor} "
+                f"(best cosine {best:.3f})")
+        if prof.min_semantic is not None:
+            floor = prof.min_semantic
+            lists = {c: RankedList.of(c, *_unzip([(i, s) for i, s in rl.items() if cos.get(i, -1.0) >= floor]))
+                     for c, rl in lists.items()}
+        return lists, None
+
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())
         chans = [(name, self._channel(name, spec), spec.k) for name, spec in specs]
@@ -202,6 +230,10 @@ def _explain(ids: list[str], scores: list[float], contributions: list[dict[str, 
         chans = {c: t[id_] for c, t in per_channel.items() if id_ in t}
         hits.append(Hit(id_, score, rank, chans, contrib))
     return hits
+
+
+def _unzip(pairs: list[tuple[str, float]]) -> tuple[list[str], list[float]]:
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def _ms(t: float) -> float:
