@@ -79,35 +79,48 @@ def _init_worker() -> None:
     _KEY_BITS = np.unpackbits(np.frombuffer(_hv_bytes("field:claim"), dtype=np.uint8)).astype(bool)
 
 
-def _encode_synthetic(args: tuple[int, int, int]) -> np.ndarray:
-    """Codes for docs [start, stop): distinct Zipf tokens, lengths like SciFact's (distinct analysed
-    tokens per abstract, lognormal fit), bundled and bound to the claim key like real ones."""
-    start, stop, seed = args
-    assert _TOKEN_BITS is not None and _KEY_BITS is not None
+def _synthetic_tokens(start: int, stop: int, seed: int) -> list[np.ndarray]:
+    """Distinct Zipf tokens of docs [start, stop), lengths like SciFact's (distinct analysed
+    tokens per abstract, lognormal fit)."""
     rng = np.random.default_rng(seed)
-    out = np.empty((stop - start, NBYTES), dtype=np.uint8)
-    ranks = np.arange(1, VOCAB + 1)
-    p = 1.0 / ranks**1.07
+    p = 1.0 / np.arange(1, VOCAB + 1) ** 1.07
     p /= p.sum()
     lengths = np.clip(rng.lognormal(mean=4.55, sigma=0.45, size=stop - start), 5, 400).astype(int)
-    for i, n in enumerate(lengths):
-        toks = np.unique(rng.choice(VOCAB, size=n, p=p))
-        counts = np.unpackbits(_TOKEN_BITS[toks], axis=1).sum(axis=0, dtype=np.int32)
-        counts = np.where(_KEY_BITS, len(toks) - counts, counts)
-        out[i] = majority(counts, len(toks))
-    return out
+    return [np.unique(rng.choice(VOCAB, size=n, p=p)) for n in lengths]
 
 
-def bench_million(n: int, nq: int) -> None:
+def _bundle_claim(toks: np.ndarray) -> np.ndarray:
+    """Bundle and bind to the claim key, exactly as HdcEncoder.encode_tokens does."""
+    assert _TOKEN_BITS is not None and _KEY_BITS is not None
+    counts = np.unpackbits(_TOKEN_BITS[toks], axis=1).sum(axis=0, dtype=np.int32)
+    return majority(np.where(_KEY_BITS, len(toks) - counts, counts), len(toks))
+
+
+def _encode_synthetic(args: tuple[int, int, int]) -> np.ndarray:
+    start, stop, seed = args
+    return np.vstack([_bundle_claim(t) for t in _synthetic_tokens(start, stop, seed)])
+
+
+def bench_million(n: int, nq: int, m: int, query_tokens: float) -> None:
     t = time.perf_counter()
     chunk = 20_000
     jobs = [(s, min(s + chunk, n), s) for s in range(0, n, chunk)]
     with Pool(os.cpu_count() or 1, initializer=_init_worker) as pool:
         codes = np.vstack(pool.map(_encode_synthetic, jobs))
     t_enc = time.perf_counter() - t
-    # queries: 10 tokens from the vocabulary's head and tail, encoded like a query claim vector
+    # queries drawn from one indexed document each: `query_tokens` of its tokens (>= 1: a count,
+    # like a short claim about it; < 1: a fraction, like a related document); the exact top-10
+    # then holds that document and others that share its words
     _init_worker()
-    queries = _encode_synthetic((0, nq, 999_999))
+    rng = np.random.default_rng(7)
+    docs0 = _synthetic_tokens(0, min(chunk, n), 0)
+    picks = rng.choice(len(docs0), size=nq, replace=False)
+
+    def sample(toks: np.ndarray) -> np.ndarray:
+        size = int(query_tokens) if query_tokens >= 1 else max(1, round(query_tokens * len(toks)))
+        return np.sort(rng.choice(toks, size=min(size, len(toks)), replace=False))
+
+    queries = np.vstack([_bundle_claim(sample(docs0[i])) for i in picks])
     faiss.omp_set_num_threads(os.cpu_count() or 1)
     flat = faiss.IndexBinaryFlat(NBYTES * 8)
     flat.add(codes)
@@ -118,15 +131,16 @@ def bench_million(n: int, nq: int) -> None:
         lat.append((time.perf_counter() - t) * 1000)
         exact_ids.append(ids[0])
     t = time.perf_counter()
-    hnsw = faiss.IndexBinaryHNSW(NBYTES * 8, 16)
+    hnsw = faiss.IndexBinaryHNSW(NBYTES * 8, m)
     hnsw.hnsw.efConstruction = 100
     hnsw.add(codes)
     t_build = time.perf_counter() - t
-    print(f"\n## {n:,} synthetic codes (one field), {nq} queries; synthetic encoding {t_enc:.0f}s, "
-          f"HNSW build {t_build:.0f}s\n")
+    kind = f"{int(query_tokens)} tokens" if query_tokens >= 1 else f"{query_tokens:.0%} of the tokens"
+    print(f"\n## {n:,} synthetic codes (one field), {nq} queries of {kind} of an indexed document; "
+          f"synthetic encoding {t_enc:.0f}s, HNSW build {t_build:.0f}s\n")
     print("| index | efSearch | p50 ms | p95 ms | recall@10 vs exact |\n|---|---|---|---|---|")
     print(f"| exact IndexBinaryFlat | - | {percentile(lat, 50):.2f} | {percentile(lat, 95):.2f} | 1.000 |")
-    for ef in (64, 128, 256):
+    for ef in (64, 128, 256, 512):
         hnsw.hnsw.efSearch = ef
         lat_h, rec = [], []
         for q, ex in zip(queries, exact_ids, strict=True):
@@ -134,7 +148,7 @@ def bench_million(n: int, nq: int) -> None:
             _, ids = hnsw.search(q.reshape(1, -1), 100)
             lat_h.append((time.perf_counter() - t) * 1000)
             rec.append(len(set(ids[0][:10]) & set(ex[:10])) / 10)
-        print(f"| IndexBinaryHNSW M=16 | {ef} | {percentile(lat_h, 50):.2f} | {percentile(lat_h, 95):.2f} | "
+        print(f"| IndexBinaryHNSW M={m} | {ef} | {percentile(lat_h, 50):.2f} | {percentile(lat_h, 95):.2f} | "
               f"{np.mean(rec):.3f} |")
     graph = hnsw.hnsw.neighbors.size() * 4 + hnsw.hnsw.levels.size() * 4 + hnsw.hnsw.offsets.size() * 8
     print(f"\nmemory: codes {codes.nbytes / n:.0f} B/doc per field (4 fields: {4 * codes.nbytes / n / 1024:.1f} KiB);"
@@ -164,12 +178,15 @@ def main() -> None:
     ap.add_argument("--data", type=Path, nargs="*", default=[SCIFACT])
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--m", type=int, default=32, help="HNSW graph degree")
+    ap.add_argument("--query-tokens", type=float, default=9,
+                    help="tokens per query taken from an indexed document (< 1: a fraction of them)")
     args = ap.parse_args()
     default_analyzer()
     if args.part == "encode":
         bench_encode(args.data[0])
     elif args.part == "million":
-        bench_million(args.n, args.queries)
+        bench_million(args.n, args.queries, args.m, args.query_tokens)
     else:
         bench_quality(args.data)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from hybridsearch.errors import HybridSearchError
 
-DEMO_QUERIES = ("qa-05", "qb-01", "qb-09", "qc-01", "qa-12", "qc-07")
+DEMO_QUERIES = ("qa-05", "qb-01", "qb-09", "qc-01", "qa-12", "qc-07", "qa-ood-1")
 
 
 def _index_dir(args: argparse.Namespace) -> Path:
@@ -176,7 +176,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     index_dir = Path(args.index_dir) if args.index_dir else Path(".hybridsearch/demo")
     data = demo_dir()
-    engine = prepare_index(data, index_dir, need_vectors=True, encoder=default_encoder(),
+    engine = prepare_index(data, index_dir, need_vectors=True, need_codes=True, encoder=default_encoder(),
                            progress=not args.quiet)
     queries = {q.id: q for q in load_queries(data)}
     print(f"demo corpus: {engine.count()} units in {index_dir}\n")
@@ -189,10 +189,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"[{q.intent}] {q.text}")
             _print_hits(result)
             print()
+        q = queries["qa-09"] if "qa-09" in queries else next(iter(queries.values()))
+        print(f"kb-balanced (BM25, HDC when BM25 finds fewer than 7, agreement fusion): {q.text}")
+        _print_hits(searcher.search(q.text, "kb-balanced", with_documents=True))
+        print()
     finally:
         searcher.close()
         engine.close()
-    specs = run_specs("bm25,dense,bm25+dense", "rrf", None)
+    specs = run_specs("bm25,dense,hdc,bm25+dense", "rrf", None) + run_specs("bm25+hdc", "agreement", "kb-balanced")
     results = run_eval(data, specs, index_dir=index_dir, progress=False, log=lambda m: None)
     print("demo judgements (graded, test split):")
     print(format_table(results))
