@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hybridsearch.analysis import default_analyzer
 from hybridsearch.embeddings import Encoder, default_encoder
 from hybridsearch.engines import BinarySearch, LexicalSearch, VectorSearch
 from hybridsearch.errors import UnsupportedCapabilityError
 from hybridsearch.hdc import HdcWeights, combine
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Filters, RankedList
+from query_service.stages import decompose, idf_filter, merge_subqueries
 
 
 class ChannelConfig(BaseModel):
@@ -30,9 +33,10 @@ class QueryContext:
     """One query as the channels see it; the embedding is computed once, on first use."""
 
     def __init__(self, text: str, filters: Filters | None = None, encoder: Encoder | None = None, *,
-                 role: str | None = None, acts: str | None = None) -> None:
+                 role: str | None = None, acts: str | None = None, variants: Sequence[str] = ()) -> None:
         self.text = text
         self.filters = filters
+        self.variants = list(variants)  # expansion: other phrasings of the same query
         self.role = role  # set by query understanding, when it knows them
         self.acts = acts
         self._encoder = encoder
@@ -41,9 +45,15 @@ class QueryContext:
     @property
     def vector(self) -> np.ndarray:
         if self._vector is None:
-            enc = self._encoder or default_encoder()
-            self._vector = enc.encode([self.text])[0]
+            self._vectors = (self._encoder or default_encoder()).encode([self.text, *self.variants])
+            self._vector = self._vectors[0]
         return self._vector
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """The query and its variants, embedded in one batch."""
+        _ = self.vector
+        return self._vectors
 
 
 @runtime_checkable
@@ -57,6 +67,12 @@ class Bm25Config(ChannelConfig):
     mode: Bm25Mode = "most_fields"
     tie_breaker: float = Field(default=0.2, ge=0.0, le=1.0)  # tuned on SciFact train
     role_boost: float = Field(default=1.0, ge=0.0)
+    min_idf: float | None = Field(default=None, ge=0.0, description="AICO's IDF filter (0.6 there)")
+    expand_discount: float = Field(default=0.35, ge=0.0, le=1.0,
+                                   description="weight of expansion terms (terms only the variants have)")
+    decompose: bool = False
+    decompose_threshold: int = Field(default=4, ge=2)
+    intersection_bonus: float = Field(default=0.25, ge=0.0)
     fields: dict[str, float] = Field(default_factory=lambda: dict(BM25_FIELD_WEIGHTS))
 
     @field_validator("fields")
@@ -83,7 +99,25 @@ class Bm25Channel:
         if not isinstance(engine, LexicalSearch):
             raise UnsupportedCapabilityError("the bm25 channel needs an engine with lexical search")
         c = self.config
-        return engine.bm25(query.text, c.fields, k, query.filters, mode=c.mode,
+        parts = decompose(query.text, c.decompose_threshold) if c.decompose else [query.text]
+        if len(parts) == 1:
+            return self._one(query.text, query, engine, k)
+        return merge_subqueries([self._one(p, query, engine, k) for p in parts], k, c.intersection_bonus, "bm25")
+
+    def _one(self, text: str, query: QueryContext, engine: Any, k: int) -> RankedList:
+        c = self.config
+        an = default_analyzer()
+        terms = an.analyze(text)
+        if c.min_idf is not None and terms:
+            terms = idf_filter(terms, engine.term_stats(list(dict.fromkeys(terms))), c.min_idf)
+        weighted = [(t, 1.0) for t in terms]
+        seen = set(terms)
+        for variant in query.variants:
+            for t in an.analyze(variant):
+                if t not in seen:
+                    seen.add(t)
+                    weighted.append((t, c.expand_discount))
+        return engine.bm25(weighted, c.fields, k, query.filters, mode=c.mode,
                            tie_breaker=c.tie_breaker, role_boost=c.role_boost)
 
 
@@ -103,7 +137,14 @@ class DenseChannel:
     def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
         if not isinstance(engine, VectorSearch):
             raise UnsupportedCapabilityError("the dense channel needs an engine with vector search")
-        return engine.knn(query.vector, k, query.filters)
+        if not query.variants:
+            return engine.knn(query.vector, k, query.filters)
+        best: dict[str, float] = {}  # a chunk found by several variants keeps its best score
+        for vec in query.vectors:
+            for id_, s in engine.knn(vec, k, query.filters).items():
+                best[id_] = max(s, best.get(id_, s))
+        order = sorted(best, key=lambda d: (-best[d], d))[:k]
+        return RankedList.of("dense", order, [best[d] for d in order])
 
 
 class HdcConfig(ChannelConfig):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,21 @@ from query_service.fusion import Fuser
 from query_service.multi import MultiEngine
 from query_service.profiles import ChannelSpec, Profile
 from query_service.pruning import prune
+from query_service.stages import alias_variants, keyword_variant
 
-_EXPANSIONS: frozenset[str] = frozenset()  # query expansion stages installed so far
+
+def _voicevault_variants(query: str) -> list[str]:
+    """VoiceVault's three query variants: the query, its keyword form, and an alias rewrite."""
+    out = [v for v in [keyword_variant(query), *alias_variants(query)] if v and v != query.lower()]
+    return list(dict.fromkeys(out))[:2]
+
+
+# query expansion stages: query text -> other phrasings; "symbolic" (bounded symbolic closure,
+# kb-thinkingdb) is a name reserved for the stage that the math-aware work installs
+_EXPANSIONS: dict[str, Callable[[str], list[str]]] = {
+    "aliases": lambda q: alias_variants(q),
+    "voicevault": _voicevault_variants,
+}
 
 
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
@@ -92,7 +105,10 @@ class Searcher:
         if limit < 1:
             raise QueryError(f"k must be >= 1, got {limit}")
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
-        ctx = QueryContext(query, filters, self.encoder)
+        expand = _EXPANSIONS.get(prof.expansion or "")
+        ctx = QueryContext(query, filters, self.encoder, variants=expand(query) if expand else ())
+        if ctx.variants:
+            diag["variants"] = ctx.variants
         fuser = self._fuser(prof) if len(prof.channels) > 1 or prof.escalation else None
         t0 = time.perf_counter()
         lists = self._run_channels(prof, ctx, engine)

@@ -100,8 +100,19 @@ class Lexicon:
             return text
         return self._regex.sub(lambda m: self.entries[m.group(0).lower()], text)
 
+    def find(self, text: str) -> list[tuple[int, int, str]]:
+        """(start, end, canonical) of each variant in a pre-normalised text."""
+        if self._regex is None:
+            return []
+        return [(m.start(), m.end(), self.entries[m.group(0).lower()]) for m in self._regex.finditer(text)]
+
     def variants_of(self, canonical: str) -> list[str]:
         return sorted(v for v, c in self.entries.items() if c == canonical)
+
+
+def prenormalize(text: str) -> str:
+    """The generic rules alone (NFKC, dashes, quotes, diacritics, TeX, superscripts), no lexicon."""
+    return _generic(text)
 
 
 def normalize(text: str, lexicon: Lexicon) -> str:

@@ -1,0 +1,83 @@
+"""Query-side stages (IDF filter, expansion, decomposition) and the khive TF-IDF channel."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.models import Document, RankedList
+from query_service.channels import Bm25Channel, Bm25Config, QueryContext
+from query_service.stages import alias_variants, decompose, idf_filter, keyword_variant, merge_subqueries
+from query_service.tfidf import TfidfChannel, TfidfConfig
+
+DOCS = [Document(id=f"filler{i}", title=f"note {i}", text="the common word appears everywhere") for i in range(20)]
+DOCS += [
+    Document(id="hb", title="Heine Borel theorem", text="compact iff closed and bounded, common word",
+             subjects=["topology"]),
+    Document(id="bw", title="Bolzano Weierstrass theorem", text="bounded sequences have convergent subsequences"),
+]
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = EmbeddedEngine(tmp_path / "idx")
+    e.write(DOCS)
+    yield e
+    e.close()
+
+
+def test_idf_filter_drops_common_terms_and_keeps_unseen_ones(engine) -> None:
+    stats = engine.term_stats(["common", "heine", "zzunseen"])
+    n = stats["num_docs"]
+    df = stats["terms"]["common"]["df"]
+    assert stats["terms"]["common"]["idf"] == pytest.approx(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+    assert idf_filter(["common", "heine", "zzunseen"], stats, 0.6) == ["heine", "zzunseen"]
+    filtered = Bm25Channel(Bm25Config(min_idf=0.6)).retrieve(QueryContext("common word heine"), engine, 50)
+    plain = Bm25Channel().retrieve(QueryContext("common word heine"), engine, 50)
+    assert filtered.ids == ["hb"] and len(plain.ids) == 21
+
+
+def test_expansion_terms_are_discounted(engine) -> None:
+    ctx = QueryContext("Heine", variants=["Bolzano"])
+    rl = Bm25Channel(Bm25Config(expand_discount=0.35)).retrieve(ctx, engine, 10)
+    base_bw = Bm25Channel().retrieve(QueryContext("Bolzano"), engine, 10)
+    assert rl.ids[:2] == ["hb", "bw"]
+    assert dict(rl.items())["bw"] == pytest.approx(0.35 * dict(base_bw.items())["bw"], rel=1e-5)
+
+
+def test_alias_and_keyword_variants() -> None:
+    assert "c* algebra spectrum" in alias_variants("C-star algebra spectrum")
+    assert alias_variants("Moebius band") == ["mobius band"]
+    assert alias_variants("plain words only") == []
+    assert keyword_variant("What is the Heine-Borel theorem?") == "what heine-borel theorem"
+
+
+def test_decomposition_and_intersection_bonus(engine) -> None:
+    assert decompose("Markov inequality vs Chebyshev inequality") == ["Markov inequality", "Chebyshev inequality"]
+    assert decompose("Godel theorem") == ["Godel theorem"]
+    assert len(decompose("compact sets in metric spaces are bounded")) == 2
+    a = RankedList.of("bm25", ["x", "y"], [2.0, 1.0])
+    b = RankedList.of("bm25", ["y", "z"], [3.0, 0.5])
+    merged = dict(merge_subqueries([a, b], 10, 0.25, "bm25").items())
+    assert merged == {"y": 3.0 * 1.25, "x": 2.0, "z": 0.5}
+    rl = Bm25Channel(Bm25Config(decompose=True)).retrieve(
+        QueryContext("Heine Borel theorem and bounded sequences subsequences"), engine, 10)
+    assert rl.ids[0] in {"hb", "bw"} and {"hb", "bw"} <= set(rl.ids)
+
+
+def test_tfidf_multisignal_formula(engine) -> None:
+    ch = TfidfChannel(TfidfConfig(rerank=False))
+    rl = ch.retrieve(QueryContext("Heine Borel theorem"), engine, 5)
+    assert rl.ids[0] == "hb"
+    stats = engine.term_stats(["hein", "borel", "theorem"])
+    n = stats["num_docs"]
+    idf = {t: math.log((n + 1) / (s["df"] + 1)) + 1 for t, s in stats["terms"].items()}
+    # hb: name tokens == query tokens (exact), tf in name 1/3 each, bigrams hein-borel and
+    # borel-theorem in the name; description and tags have none of them; full coverage
+    expected = sum(idf[t] * (5.0 * 1 + 3.0 * (1 / 3) + 2.0 * (1 if t != "theorem" else 0)) for t in idf)
+    assert dict(rl.items())["hb"] == pytest.approx(expected)
+    bw = dict(rl.items())["bw"]
+    # bw: only "theorem" (1 of 3 terms) in its 3-token name: coverage 1/3
+    assert bw == pytest.approx(idf["theorem"] * 3.0 * (1 / 3) * (1 / 3) ** 0.5)
