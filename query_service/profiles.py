@@ -151,6 +151,29 @@ KB_BALANCED = Profile(
 # MiniLM's semantic floor, calibrated on the demo corpus: its out-of-domain queries reach at most
 # cosine 0.246 with any unit; every in-domain query's best relevant unit reaches at least 0.350.
 SEMANTIC_FLOOR = 0.30
-HYBRID = Profile(name="hybrid", description="BM25 + dense, RRF k=60",
-                 channels={"bm25": ChannelSpec(k=100), "dense": ChannelSpec(k=100)},
-                 fuser="rrf", fuser_config={"rrf_k": 60}, max_results=100, semantic_floor=SEMANTIC_FLOOR)
+HYBRID_WEIGHTS = {"bm25": 0.5, "dense": 0.5, "hdc": 0.0}  # tuned on SciFact train: bench/tune_hybrid.py
+HYBRID = Profile(
+    name="hybrid", description="quality default: BM25 + dense + HDC, weighted (min-max, arithmetic mean)",
+    channels={"bm25": ChannelSpec(k=100), "dense": ChannelSpec(k=100), "hdc": ChannelSpec(k=100)},
+    fuser="weighted", fuser_config={"norm": "minmax", "mean": "arithmetic", "weights": HYBRID_WEIGHTS},
+    expansion="aliases", max_results=100, semantic_floor=SEMANTIC_FLOOR)
+VOICEVAULT = Profile(
+    name="voicevault", description="VoiceVault: 3 query variants, BM25 + dense, best score per chunk, RRF k=60, "
+    "top 20, at most 2 chunks per (source, page), top 5",
+    channels={"bm25": ChannelSpec(k=20), "dense": ChannelSpec(k=20)}, fuser="rrf", fuser_config={"rrf_k": 60},
+    expansion="voicevault", max_results=5,
+    diversity=DiversityConfig(by_work=False, near_duplicate=None, per_page=2))
+AICO = Profile(
+    name="aico", description="AICO: BM25 with the IDF filter (min_idf 0.6), semantic floor, adaptive RRF, "
+    "min_similarity 0.4",
+    channels={"bm25": ChannelSpec(k=100, config={"min_idf": 0.6}), "dense": ChannelSpec(k=100)},
+    fuser="rrf", fuser_config={"rrf_k": 0}, semantic_floor=SEMANTIC_FLOOR, min_semantic=SEMANTIC_FLOOR,
+    min_score=0.4, max_results=10)
+AICO_LEGACY = AICO.model_copy(update={
+    "name": "aico-legacy", "description": "AICO legacy fusion: weighted 0.7 semantic / 0.3 BM25",
+    "fuser": "weighted", "fuser_config": {"norm": "minmax", "mean": "arithmetic",
+                                          "weights": {"dense": 0.7, "bm25": 0.3}}})
+KHIVE = Profile(
+    name="khive", description="khive: multi-signal TF-IDF with embedding rerank, and dense ANN, RRF k=60",
+    channels={"tfidf-multisignal": ChannelSpec(k=100), "dense": ChannelSpec(k=100)},
+    fuser="rrf", fuser_config={"rrf_k": 60}, max_results=10)
