@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,110 +68,88 @@ class Store:
     def close(self) -> None:
         self.conn.close()
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE: writers queue here, readers go on)."""
+        with self._lock:
+            c = self.conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+
     # -- writes -------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str,
               codes: Sequence[Mapping[str, np.ndarray]] | None = None) -> int:
         """Upsert chunks (with their vectors and HDC codes when given) in one transaction; returns
         the last journal seq. An updated chunk written without codes loses its stale codes."""
-        with self._lock:
-            c = self.conn
-            try:
-                c.execute("BEGIN IMMEDIATE")
-                for i, d in enumerate(docs):
-                    dense_hash = str(hash_text(d.dense_text))
-                    row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (d.id,)).fetchone()
-                    values = (d.work_id, d.chunk_no, d.model_dump_json(exclude_defaults=True), dense_hash,
-                              _ym(d), _opt(d.kind), _opt(d.license), d.source)
-                    if row is None:
-                        cur = c.execute(
-                            "INSERT INTO chunks(id, work_id, chunk_no, doc, dense_hash, ym, kind, license,"
-                            " source) VALUES (?,?,?,?,?,?,?,?,?)", (d.id, *values))
-                        label = int(cur.lastrowid or 0)
-                    else:
-                        label = row[0]
-                        c.execute("UPDATE chunks SET work_id=?, chunk_no=?, doc=?, dense_hash=?, ym=?,"
-                                  " kind=?, license=?, source=? WHERE label=?", (*values, label))
-                        c.execute("DELETE FROM chunk_subjects WHERE label=?", (label,))
-                        if vectors is None and row[1] != dense_hash:
-                            c.execute("DELETE FROM vectors WHERE label=?", (label,))
-                    c.executemany("INSERT OR IGNORE INTO chunk_subjects VALUES (?,?)",
-                                  [(label, norm_key(s)) for s in d.subjects])
-                    if vectors is not None:
-                        c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
-                                  (label, model, vectors[i].astype(np.float32).tobytes()))
-                    if codes is not None:
-                        c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (label, *_code_row(codes[i])))
-                    elif row is not None:
-                        c.execute("DELETE FROM hdc WHERE label=?", (label,))
-                    c.execute("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)", (d.id, label))
-                seq = c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0
-                c.execute("COMMIT")
-                return int(seq)
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+        with self._transaction() as c:
+            for i, d in enumerate(docs):
+                dense_hash = str(hash_text(d.dense_text))
+                row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (d.id,)).fetchone()
+                values = (d.work_id, d.chunk_no, d.model_dump_json(exclude_defaults=True), dense_hash,
+                          _ym(d), _opt(d.kind), _opt(d.license), d.source)
+                if row is None:
+                    cur = c.execute(
+                        "INSERT INTO chunks(id, work_id, chunk_no, doc, dense_hash, ym, kind, license,"
+                        " source) VALUES (?,?,?,?,?,?,?,?,?)", (d.id, *values))
+                    label = int(cur.lastrowid or 0)
+                else:
+                    label = row[0]
+                    c.execute("UPDATE chunks SET work_id=?, chunk_no=?, doc=?, dense_hash=?, ym=?,"
+                              " kind=?, license=?, source=? WHERE label=?", (*values, label))
+                    c.execute("DELETE FROM chunk_subjects WHERE label=?", (label,))
+                    if vectors is None and row[1] != dense_hash:
+                        c.execute("DELETE FROM vectors WHERE label=?", (label,))
+                c.executemany("INSERT OR IGNORE INTO chunk_subjects VALUES (?,?)",
+                              [(label, norm_key(s)) for s in d.subjects])
+                if vectors is not None:
+                    c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
+                              (label, model, vectors[i].astype(np.float32).tobytes()))
+                if codes is not None:
+                    c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (label, *_code_row(codes[i])))
+                elif row is not None:
+                    c.execute("DELETE FROM hdc WHERE label=?", (label,))
+                c.execute("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)", (d.id, label))
+            return int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0)
 
     def delete(self, ids: Iterable[str]) -> list[str]:
-        with self._lock:
-            c = self.conn
-            deleted: list[str] = []
-            try:
-                c.execute("BEGIN IMMEDIATE")
-                for id_ in ids:
-                    row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
-                    if row is None:
-                        continue
-                    label = row[0]
-                    for table in ("chunks", "chunk_subjects", "vectors", "hdc"):
-                        c.execute(f"DELETE FROM {table} WHERE label=?", (label,))
-                    c.execute("INSERT INTO journal(op, id, label) VALUES ('delete',?,?)", (id_, label))
-                    deleted.append(id_)
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
-            return deleted
+        deleted: list[str] = []
+        with self._transaction() as c:
+            for id_ in ids:
+                row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
+                if row is None:
+                    continue
+                for table in ("chunks", "chunk_subjects", "vectors", "hdc"):
+                    c.execute(f"DELETE FROM {table} WHERE label=?", (row[0],))
+                c.execute("INSERT INTO journal(op, id, label) VALUES ('delete',?,?)", (id_, row[0]))
+                deleted.append(id_)
+        return deleted
+
+    def _set_derived(self, ids: Sequence[str], rows: Iterable[Sequence[object]], insert: str, op: str) -> int:
+        """Attach data computed after ingest to existing chunks, journaled as `op`; unknown ids are
+        skipped. `insert` takes the label followed by `rows`' values."""
+        with self._transaction() as c:
+            for id_, values in zip(ids, rows, strict=True):
+                row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
+                if row is not None:
+                    c.execute(insert, (row[0], *values))
+                    c.execute("INSERT INTO journal(op, id, label) VALUES (?,?,?)", (op, id_, row[0]))
+        return self.max_seq()
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str) -> int:
-        """Store vectors computed after ingest (workers); journal op 'vector'. Unknown ids are skipped."""
-        with self._lock:
-            c = self.conn
-            try:
-                c.execute("BEGIN IMMEDIATE")
-                for id_, vec in zip(ids, vectors, strict=True):
-                    row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
-                    if row is None:
-                        continue
-                    c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
-                              (row[0], model, np.asarray(vec, dtype=np.float32).tobytes()))
-                    c.execute("INSERT INTO journal(op, id, label) VALUES ('vector',?,?)", (id_, row[0]))
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
-            return self.max_seq()
+        """Store vectors computed after ingest (workers); journal op 'vector'."""
+        rows = ((model, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors)
+        return self._set_derived(ids, rows, "INSERT OR REPLACE INTO vectors VALUES (?,?,?)", "vector")
 
     def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]]) -> int:
-        """Store HDC codes computed after ingest; journal op 'hdc'. Unknown ids are skipped."""
-        with self._lock:
-            c = self.conn
-            try:
-                c.execute("BEGIN IMMEDIATE")
-                for id_, code in zip(ids, codes, strict=True):
-                    row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
-                    if row is None:
-                        continue
-                    c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (row[0], *_code_row(code)))
-                    c.execute("INSERT INTO journal(op, id, label) VALUES ('hdc',?,?)", (id_, row[0]))
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
-            return self.max_seq()
+        """Store HDC codes computed after ingest; journal op 'hdc'."""
+        rows = (_code_row(code) for code in codes)
+        return self._set_derived(ids, rows, "INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", "hdc")
 
     # -- reads --------------------------------------------------------------------------------
     def max_seq(self) -> int:
