@@ -27,6 +27,14 @@ class Fuser(Protocol):
     def max_score(self, lists: Mapping[str, RankedList]) -> float: ...
 
 
+def best_scores(rl: RankedList) -> dict[str, float]:
+    """Each id's score; a duplicate id keeps its best score, never the one that came first."""
+    best: dict[str, float] = {}
+    for id_, s in rl.items():
+        best[id_] = max(s, best.get(id_, s))
+    return best
+
+
 def best_per_id(rl: RankedList) -> dict[str, int]:
     """1-based rank of each id; a duplicate id keeps its best (highest-scored) position."""
     best: dict[str, tuple[float, int]] = {}
@@ -123,9 +131,7 @@ class AgreementFuser:
             rl = lists.get(channel)
             if rl is None or not rl.scores:
                 continue
-            best: dict[str, float] = {}
-            for id_, s in rl.items():
-                best[id_] = max(s, best.get(id_, s))
+            best = best_scores(rl)
             top = max(best.values())
             for id_, s in best.items():
                 contrib.setdefault(id_, {})[channel] = weight * (s / top if top > 0 else 0.0)
@@ -193,10 +199,7 @@ class WeightedFuser:
         c = self.config
         normed: dict[str, dict[str, float]] = {}
         for channel in sorted(lists):
-            best: dict[str, float] = {}
-            for id_, s in lists[channel].items():
-                best[id_] = max(s, best.get(id_, s))
-            normed[channel] = normalize(best, c.norm)
+            normed[channel] = normalize(best_scores(lists[channel]), c.norm)
         weights = {ch: c.weights.get(ch, 1.0) for ch in normed}
         total_w = sum(weights.values()) or 1.0
         ids = {d for n in normed.values() for d in n}
