@@ -27,14 +27,27 @@ def _entries(group: str) -> dict[str, EntryPoint]:
     return found
 
 
+_registered: dict[tuple[str, str], Any] = {}
+
+
+def register(group: str, name: str, obj: Any) -> None:
+    """Register a plugin in-process (as an entry point would); a taken name is a conflict."""
+    _group(group)
+    if name in _entries(group) or (group, name) in _registered:
+        raise PluginConflictError(f"a {group[:-1]} named {name!r} is already registered")
+    _registered[(group, name)] = obj
+
+
 def names(group: str) -> list[str]:
     """Registered plugin names of a group, sorted."""
-    return sorted(_entries(group))
+    return sorted(set(_entries(group)) | {n for g, n in _registered if g == group})
 
 
 def load(group: str, name: str, protocol: type | None = None) -> Any:
     """Load a plugin by name, once; check it against `protocol` when given."""
     key = (group, name)
+    if key in _registered:
+        return _registered[key]
     if key not in _cache:
         entries = _entries(group)
         if name not in entries:

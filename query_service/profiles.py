@@ -67,6 +67,10 @@ class Profile(BaseModel):
         description="raw cosine: candidates below it are dropped before fusion (AICO's min_semantic_score)")
     diversity: DiversityConfig | None = None
     evidence: EvidenceConfig | None = None
+    reranker: str | None = Field(default=None, description="a registered reranker plugin (group "
+                                 "hybridsearch.rerankers), run on the fused top candidates")
+    reranker_config: dict[str, Any] = Field(default_factory=dict)
+    rerank_top: int = Field(default=20, ge=1, le=1000)
     expansion: str | None = Field(default=None, description="a query expansion stage by name; "
                                   "'symbolic' is the seam for bounded symbolic closure")
 
@@ -107,6 +111,8 @@ class Profile(BaseModel):
             _validate_config(plugins.load("channels", name), spec.config, name)
         if len(self.channels) > 1 or self.escalation is not None:
             _validate_config(plugins.load("fusers", self.fuser), self.fuser_config, "fuser")
+        if self.reranker is not None:
+            _validate_config(plugins.load("rerankers", self.reranker), self.reranker_config, "reranker")
 
     @classmethod
     def from_yaml(cls, path: Path) -> Profile:

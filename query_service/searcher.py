@@ -64,6 +64,7 @@ class Searcher:
         self.encoder = encoder
         self._channels: dict[tuple[str, str], Channel] = {}
         self._fusers: dict[tuple[str, str], Fuser] = {}
+        self._rerankers: dict[tuple[str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
 
     def _channel(self, name: str, spec: ChannelSpec) -> Channel:
@@ -150,6 +151,10 @@ class Searcher:
                                           [contributions[i] for i in keep])
             diag["stages"]["prune"] = {"ms": _ms(t2), "hits": len(ids), "min_score": prof.min_score,
                                        "gap": prof.gap}
+        if prof.reranker is not None and ids:
+            t5 = time.perf_counter()
+            ids, scores, contributions = self._rerank(prof, query, engine, ids, scores, contributions)
+            diag["stages"]["rerank"] = {"ms": _ms(t5), "reranker": prof.reranker, "hits": len(ids)}
         if prof.diversity is not None and ids:
             t3 = time.perf_counter()
             dv = prof.diversity
@@ -183,6 +188,22 @@ class Searcher:
             diag["reason"] = ("every candidate fell below the score floors" if "prune" in diag["stages"]
                               else "no channel returned a match")
         return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
+
+    def _rerank(self, prof: Profile, query: str, engine: Any, ids: list[str], scores: list[float],
+                contributions: list[dict[str, float]]) -> tuple[list[str], list[float], list[dict[str, float]]]:
+        """Rerank the fused top `rerank_top` with the profile's reranker plugin; the rest keep their
+        order below. A reranked hit's contributions become the reranker's `rerank` score."""
+        key = (prof.reranker or "", repr(sorted(prof.reranker_config.items())))
+        if key not in self._rerankers:
+            cls = plugins.load("rerankers", key[0])
+            self._rerankers[key] = cls(cls.Config(**prof.reranker_config))
+        top = ids[:prof.rerank_top]
+        ranked: RankedList = self._rerankers[key].rerank(query, engine.get(top), len(top))
+        new_ids = ranked.ids + [i for i in ids if i not in set(ranked.ids)]
+        old = dict(zip(ids, zip(scores, contributions, strict=True), strict=True))
+        reranked = dict(ranked.items())
+        return (new_ids, [reranked[i] if i in reranked else old[i][0] for i in new_ids],
+                [{"rerank": reranked[i]} if i in reranked else old[i][1] for i in new_ids])
 
     @staticmethod
     def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any,

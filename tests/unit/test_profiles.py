@@ -56,3 +56,42 @@ def test_cli_explain_and_set(demo_copy) -> None:
     bad = subprocess.run([EXE, "search", "x", "--profile", "kb-balanced", "--set", "min_score=7",
                           "--index-dir", str(demo_copy)], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "min_score" in bad.stderr
+
+
+def test_reranker_stage_runs_a_registered_reranker(demo_copy) -> None:
+    from pydantic import BaseModel
+
+    from hybridsearch import plugins
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from hybridsearch.errors import PluginConflictError
+    from hybridsearch.models import RankedList
+    from query_service.searcher import Searcher
+
+    class ShortTitleFirst:
+        """A toy reranker: shorter titles first."""
+
+        class Config(BaseModel):
+            pass
+
+        def __init__(self, config: BaseModel) -> None:
+            pass
+
+        def rerank(self, query, docs, k):
+            order = sorted(docs, key=lambda i: (len(docs[i].title), i))[:k]
+            return RankedList.of("rerank", order, [1.0 / (1 + n) for n in range(len(order))])
+
+    plugins.register("rerankers", "short-title-first", ShortTitleFirst)
+    with pytest.raises(PluginConflictError):
+        plugins.register("rerankers", "short-title-first", ShortTitleFirst)
+    prof = get_profile("lexical").model_copy(update={"reranker": "short-title-first", "rerank_top": 5,
+                                                      "max_results": 10})
+    with EmbeddedEngine(demo_copy) as e:
+        s = Searcher(e)
+        plain = s.search("compact space theorem", "lexical", k=10, with_documents=True)
+        res = s.search("compact space theorem", prof, with_documents=True)
+        s.close()
+    top5 = [h.document.title for h in res.hits[:5]]
+    assert [len(t) for t in top5] == sorted(len(t) for t in top5)
+    assert {h.id for h in res.hits[:5]} == {h.id for h in plain.hits[:5]}
+    assert [h.id for h in res.hits[5:]] == [h.id for h in plain.hits[5:]]
+    assert res.hits[0].contributions == {"rerank": 1.0} and res.diagnostics["stages"]["rerank"]["hits"] == 10
