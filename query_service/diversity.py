@@ -31,8 +31,14 @@ def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mappi
     pages: Counter[tuple[str, int | None]] = Counter()
     authors: Counter[str] = Counter()
     venues: Counter[str] = Counter()
-    kept_vecs: list[np.ndarray] = []
     vecs = vectors or {}
+    dup_at = near_duplicate if near_duplicate is not None else float("inf")
+    # all pairwise cosines at once (one matrix product), then the greedy pass only indexes into it
+    with_vec = [i for i, id_ in enumerate(ids) if id_ in vecs] if near_duplicate is not None else []
+    row = {i: r for r, i in enumerate(with_vec)}
+    sims = np.vstack([vecs[ids[i]] for i in with_vec]) if with_vec else np.zeros((0, 0), dtype=np.float32)
+    sims = sims @ sims.T if with_vec else sims
+    kept_rows: list[int] = []
     for i, id_ in enumerate(ids):
         d = info.get(id_)
         if d is None:
@@ -41,9 +47,8 @@ def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mappi
         if by_work and d.work_id in works:
             dropped["work"] += 1
             continue
-        v = vecs.get(id_)
-        if near_duplicate is not None and v is not None and kept_vecs and \
-                float(np.max(np.vstack(kept_vecs) @ v)) >= near_duplicate:
+        r = row.get(i)
+        if r is not None and kept_rows and float(sims[r, kept_rows].max()) >= dup_at:
             dropped["near_duplicate"] += 1
             continue
         if per_page is not None and d.source is not None and pages[(d.source, d.page)] >= per_page:
@@ -57,8 +62,8 @@ def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mappi
             continue
         keep.append(i)
         works.add(d.work_id)
-        if v is not None:
-            kept_vecs.append(v)
+        if r is not None:
+            kept_rows.append(r)
         if d.source is not None:
             pages[(d.source, d.page)] += 1
         authors.update(d.authors)

@@ -30,6 +30,7 @@ EPISTEMIC_DEFAULTS = {"definition": 1.0, "theorem": 1.0, "lemma": 0.95, "procedu
 class EvidenceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     token_budget: int = Field(default=1200, ge=1)
+    candidates: int = Field(default=40, ge=1, description="how many of the top hits the packer considers")
     max_per_work: int = Field(default=2, ge=1)
     min_unique_works: int = Field(default=3, ge=0)
     diversity_bias: float = Field(default=0.15, ge=0.0, le=1.0, allow_inf_nan=False)
@@ -88,7 +89,7 @@ def pack(query: str, ids: Sequence[str], scores: Sequence[float], docs: Mapping[
     an = analyzer or default_analyzer()
     q_tokens = set(an.analyze(query))
     cands = []
-    for id_, score in zip(ids, scores, strict=True):
+    for id_, score in list(zip(ids, scores, strict=True))[:c.candidates]:
         d = docs.get(id_)
         if d is None:
             continue
