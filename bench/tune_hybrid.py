@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from hybridsearch.embeddings import default_encoder  # noqa: E402
 from hybridsearch.metrics import evaluate  # noqa: E402
 from indexer.loaders import load_qrels, load_queries  # noqa: E402
-from query_service.channels import Bm25Channel, DenseChannel, HdcChannel, QueryContext  # noqa: E402
+from query_service.channels import Bm25Channel, Bm25Config, DenseChannel, HdcChannel, QueryContext  # noqa: E402
 from query_service.evaluate import prepare_index  # noqa: E402
 from query_service.fusion import WeightedConfig, WeightedFuser  # noqa: E402
 
@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--split", default="train")
     ap.add_argument("--index-dir", type=Path)
     ap.add_argument("--step", type=float, default=0.05)
+    ap.add_argument("--bm25-mode", choices=["most_fields", "best_fields"], default="most_fields")
     args = ap.parse_args()
     if args.split == "test":
         raise SystemExit("tune on a training split, never on test")
@@ -37,7 +38,7 @@ def main() -> None:
     engine = prepare_index(args.dataset, index_dir, need_vectors=True, need_codes=True, encoder=enc)
     qrels = load_qrels(args.dataset, args.split)
     queries = [q for q in load_queries(args.dataset) if q.id in qrels]
-    channels = {"bm25": Bm25Channel(), "dense": DenseChannel(), "hdc": HdcChannel()}
+    channels = {"bm25": Bm25Channel(Bm25Config(mode=args.bm25_mode)), "dense": DenseChannel(), "hdc": HdcChannel()}
     lists = {}
     for q in queries:
         ctx = QueryContext(q.text, encoder=enc)
@@ -53,7 +54,7 @@ def main() -> None:
         run = {qid: fuser.fuse({c: rl for c, rl in ls.items() if w[c] > 0}, 100).ids for qid, ls in lists.items()}
         results.append((evaluate(run, qrels)["ndcg@10"], w))
     results.sort(key=lambda r: -r[0])
-    print(f"{args.dataset.name} {args.split}: {len(queries)} queries; best weights by nDCG@10")
+    print(f"{args.dataset.name} {args.split}: {len(queries)} queries, BM25 {args.bm25_mode}; best weights by nDCG@10")
     for ndcg, w in results[:10]:
         print(f"  {ndcg:.4f}  bm25 {w['bm25']:.2f}  dense {w['dense']:.2f}  hdc {w['hdc']:.2f}")
 

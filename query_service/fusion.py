@@ -94,6 +94,9 @@ class RrfFuser:
         return Fused(ids=order, scores=[totals[d] for d in order],
                      contributions=[contrib[d] for d in order])
 
+    def weight(self, channel: str) -> float:
+        return self.config.weights.get(channel, 1.0)
+
     def max_score(self, lists: Mapping[str, RankedList]) -> float:
         """Rank 1 in every list."""
         rrf_k = self._k(lists)
@@ -226,6 +229,9 @@ class WeightedFuser:
             totals[d] = score
         order = sorted(totals, key=lambda d: (-totals[d], d))[:k]
         return Fused(ids=order, scores=[totals[d] for d in order], contributions=[contrib[d] for d in order])
+
+    def weight(self, channel: str) -> float:
+        return self.config.weights.get(channel, 1.0)
 
     def max_score(self, lists: Mapping[str, RankedList]) -> float:
         """Every normalised score is at most 1, so is any weighted mean of them."""

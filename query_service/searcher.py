@@ -112,6 +112,12 @@ class Searcher:
             diag["variants"] = ctx.variants
         fuser = self._fuser(prof) if len(prof.channels) > 1 or prof.escalation else None
         t0 = time.perf_counter()
+        weight = getattr(fuser, "weight", None)
+        skipped = [c for c in prof.channels if weight is not None and weight(c) == 0]
+        if skipped and len(skipped) < len(prof.channels):
+            # a channel the fuser weights 0 cannot change the ranking: it is not run
+            prof = prof.model_copy(update={"channels": {c: s for c, s in prof.channels.items() if c not in skipped}})
+            diag["skipped_channels"] = skipped
         lists = self._run_channels(prof, ctx, engine)
         diag["stages"]["channels"] = {"ms": _ms(t0), "hits": {c: len(rl) for c, rl in lists.items()}}
         esc = prof.escalation
