@@ -157,8 +157,8 @@ class DenseIndex:
                 # one selective scan in C++ instead of a reconstruct per label (faiss has no batch
                 # reconstruct for binary indexes)
                 vids = np.array([self._vid_of[lb] for lb in present], dtype=np.int64)
-                q8 = np.ascontiguousarray(vec, dtype=np.uint8).reshape(1, -1)
-                dist, got = self._index.search(q8, len(vids), params=faiss.SearchParameters(
+                query = np.ascontiguousarray(vec, dtype=np.uint8).reshape(1, -1)
+                dist, got = self._index.search(query, len(vids), params=faiss.SearchParameters(
                     sel=faiss.IDSelectorBatch(vids)))
                 return {self._label_of[v]: 1.0 - d / self.dim
                         for d, v in zip(dist[0].tolist(), got[0].tolist(), strict=True) if v >= 0}
