@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -163,39 +164,29 @@ class Store:
                                  (seq,)).fetchall()
         return [JournalEntry(*r) for r in rows]
 
+    def _rows_in(self, sql: str, keys: Sequence[object]) -> Iterator[tuple[Any, ...]]:
+        """Rows of `sql`, whose `{marks}` is filled with placeholders for a slice of `keys` at a
+        time (SQLite caps the number of bound parameters)."""
+        for chunk in _chunks(keys):
+            yield from self.conn.execute(sql.format(marks=",".join("?" * len(chunk))), chunk)
+
     def docs_by_label(self, labels: Sequence[int]) -> dict[int, Document]:
-        out: dict[int, Document] = {}
-        for chunk in _chunks(labels):
-            q = f"SELECT label, doc FROM chunks WHERE label IN ({','.join('?' * len(chunk))})"
-            for label, doc in self.conn.execute(q, chunk):
-                out[label] = Document.model_validate_json(doc, strict=False)
-        return out
+        return {label: Document.model_validate_json(doc, strict=False)
+                for label, doc in self._rows_in("SELECT label, doc FROM chunks WHERE label IN ({marks})", labels)}
 
     def docs_by_id(self, ids: Sequence[str]) -> dict[str, Document]:
-        out: dict[str, Document] = {}
-        for chunk in _chunks(ids):
-            q = f"SELECT id, doc FROM chunks WHERE id IN ({','.join('?' * len(chunk))})"
-            for id_, doc in self.conn.execute(q, chunk):
-                out[id_] = Document.model_validate_json(doc, strict=False)
-        return out
+        return {id_: Document.model_validate_json(doc, strict=False)
+                for id_, doc in self._rows_in("SELECT id, doc FROM chunks WHERE id IN ({marks})", ids)}
 
     def vectors_by_label(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
-        out: dict[int, np.ndarray] = {}
-        for chunk in _chunks(labels):
-            q = f"SELECT label, vec FROM vectors WHERE label IN ({','.join('?' * len(chunk))})"
-            for label, blob in self.conn.execute(q, chunk):
-                out[label] = np.frombuffer(blob, dtype=np.float32)
-        return out
+        sql = "SELECT label, vec FROM vectors WHERE label IN ({marks})"
+        return {label: np.frombuffer(blob, dtype=np.float32) for label, blob in self._rows_in(sql, labels)}
 
     def codes_by_label(self, labels: Sequence[int], field: str) -> dict[int, np.ndarray]:
         if field not in HDC_FIELDS:
             raise ValueError(f"unknown HDC field {field!r}")
-        out: dict[int, np.ndarray] = {}
-        for chunk in _chunks(labels):
-            q = f"SELECT label, {field} FROM hdc WHERE label IN ({','.join('?' * len(chunk))}) AND {field} IS NOT NULL"
-            for label, blob in self.conn.execute(q, chunk):
-                out[label] = np.frombuffer(blob, dtype=np.uint8)
-        return out
+        sql = f"SELECT label, {field} FROM hdc WHERE label IN ({{marks}}) AND {field} IS NOT NULL"
+        return {label: np.frombuffer(blob, dtype=np.uint8) for label, blob in self._rows_in(sql, labels)}
 
     def missing_codes(self) -> list[tuple[str, Document]]:
         q = ("SELECT c.id, c.doc FROM chunks c LEFT JOIN hdc h ON h.label = c.label"
