@@ -71,7 +71,7 @@ def bench_stages(reps: int = 300) -> None:
         ids = [fused.ids[i] for i in keep]
         scores = [fused.scores[i] for i in keep]
         t2 = time.perf_counter()
-        kept, _ = diversify(ids, info, vectors={i: vmap[i] for i in ids})
+        kept, _ = diversify(ids, info, vectors={i: vmap[i] for i in ids}, limit=100)
         ids = [ids[i] for i in kept][:100]
         scores = [scores[i] for i in kept][:100]
         t3 = time.perf_counter()

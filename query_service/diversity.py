@@ -23,23 +23,25 @@ from hybridsearch.models import DocInfo
 
 def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mapping[str, np.ndarray] | None = None,
               by_work: bool = True, near_duplicate: float | None = 0.82, per_page: int | None = 2,
-              per_author: int | None = None, per_venue: int | None = None) -> tuple[list[int], dict[str, int]]:
-    """Positions to keep (in order) and how many each rule dropped."""
+              per_author: int | None = None, per_venue: int | None = None,
+              limit: int | None = None) -> tuple[list[int], dict[str, int]]:
+    """Positions to keep (in order, at most `limit`) and how many each rule dropped among the
+    candidates it looked at."""
     keep: list[int] = []
     dropped: Counter[str] = Counter()
     works: set[str] = set()
     pages: Counter[tuple[str, int | None]] = Counter()
     authors: Counter[str] = Counter()
     venues: Counter[str] = Counter()
-    vecs = vectors or {}
+    vecs = vectors if near_duplicate is not None and vectors else {}
     dup_at = near_duplicate if near_duplicate is not None else float("inf")
-    # all pairwise cosines at once (one matrix product), then the greedy pass only indexes into it
-    with_vec = [i for i, id_ in enumerate(ids) if id_ in vecs] if near_duplicate is not None else []
-    row = {i: r for r, i in enumerate(with_vec)}
-    sims = np.vstack([vecs[ids[i]] for i in with_vec]) if with_vec else np.zeros((0, 0), dtype=np.float32)
-    sims = sims @ sims.T if with_vec else sims
-    kept_rows: list[int] = []
+    # kept vectors, row by row: each candidate costs one small matrix-vector product
+    kept = np.empty((min(len(ids), limit or len(ids)), next(iter(vecs.values())).shape[0] if vecs else 0),
+                    dtype=np.float32)
+    n_kept = 0
     for i, id_ in enumerate(ids):
+        if limit is not None and len(keep) >= limit:
+            break
         d = info.get(id_)
         if d is None:
             keep.append(i)
@@ -47,8 +49,8 @@ def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mappi
         if by_work and d.work_id in works:
             dropped["work"] += 1
             continue
-        r = row.get(i)
-        if r is not None and kept_rows and float(sims[r, kept_rows].max()) >= dup_at:
+        v = vecs.get(id_)
+        if v is not None and n_kept and float((kept[:n_kept] @ v).max()) >= dup_at:
             dropped["near_duplicate"] += 1
             continue
         if per_page is not None and d.source is not None and pages[(d.source, d.page)] >= per_page:
@@ -62,8 +64,9 @@ def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mappi
             continue
         keep.append(i)
         works.add(d.work_id)
-        if r is not None:
-            kept_rows.append(r)
+        if v is not None:
+            kept[n_kept] = v
+            n_kept += 1
         if d.source is not None:
             pages[(d.source, d.page)] += 1
         authors.update(d.authors)

@@ -168,7 +168,8 @@ class Searcher:
             vecs = engine.vectors(ids) if need_vecs and hasattr(engine, "vectors") else {}
             keep, dropped = diversify(ids, engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
                                       near_duplicate=dv.near_duplicate, per_page=dv.per_page,
-                                      per_author=dv.per_author, per_venue=dv.per_venue)
+                                      per_author=dv.per_author, per_venue=dv.per_venue,
+                                      limit=None if dv.mmr_lambda is not None else limit)
             if dv.mmr_lambda is not None:
                 sub = [ids[i] for i in keep]
                 keep = [keep[j] for j in mmr(sub, [scores[i] for i in keep], vecs.get, limit, dv.mmr_lambda)]
