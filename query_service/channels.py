@@ -67,6 +67,8 @@ class Bm25Config(ChannelConfig):
     mode: Bm25Mode = "most_fields"
     tie_breaker: float = Field(default=0.2, ge=0.0, le=1.0)  # tuned on SciFact train
     role_boost: float = Field(default=1.0, ge=0.0)
+    k1: float = Field(default=1.2, ge=0.0, description="other than 1.2 (with b 0.75) rescoring candidates")
+    b: float = Field(default=0.75, ge=0.0, le=1.0)
     min_idf: float | None = Field(default=None, ge=0.0, description="AICO's IDF filter (0.6 there)")
     expand_discount: float = Field(default=0.35, ge=0.0, le=1.0,
                                    description="weight of expansion terms (terms only the variants have)")
@@ -117,8 +119,10 @@ class Bm25Channel:
                 if t not in seen:
                     seen.add(t)
                     weighted.append((t, c.expand_discount))
-        return engine.bm25(weighted, c.fields, k, query.filters, mode=c.mode,
-                           tie_breaker=c.tie_breaker, role_boost=c.role_boost)
+        options: dict[str, Any] = {"mode": c.mode, "tie_breaker": c.tie_breaker, "role_boost": c.role_boost}
+        if (c.k1, c.b) != (1.2, 0.75):
+            options.update(k1=c.k1, b=c.b)
+        return engine.bm25(weighted, c.fields, k, query.filters, **options)
 
 
 class DenseConfig(ChannelConfig):

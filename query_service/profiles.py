@@ -174,9 +174,9 @@ VOICEVAULT = Profile(
     expansion="voicevault", max_results=5,
     diversity=DiversityConfig(by_work=False, near_duplicate=None, per_page=2))
 AICO = Profile(
-    name="aico", description="AICO: BM25 with the IDF filter (min_idf 0.6), semantic floor, adaptive RRF, "
-    "min_similarity 0.4",
-    channels={"bm25": ChannelSpec(k=100, config={"min_idf": 0.6}), "dense": ChannelSpec(k=100)},
+    name="aico", description="AICO: BM25 (k1=1.5, b=0.75) with the IDF filter (min_idf 0.6), semantic floor, "
+    "adaptive RRF, min_similarity 0.4",
+    channels={"bm25": ChannelSpec(k=100, config={"min_idf": 0.6, "k1": 1.5}), "dense": ChannelSpec(k=100)},
     fuser="rrf", fuser_config={"rrf_k": 0}, semantic_floor=SEMANTIC_FLOOR, min_semantic=SEMANTIC_FLOOR,
     min_score=0.4, max_results=10)
 AICO_LEGACY = AICO.model_copy(update={

@@ -81,3 +81,37 @@ def test_tfidf_multisignal_formula(engine) -> None:
     bw = dict(rl.items())["bw"]
     # bw: only "theorem" (1 of 3 terms) in its 3-token name: coverage 1/3
     assert bw == pytest.approx(idf["theorem"] * 3.0 * (1 / 3) * (1 / 3) ** 0.5)
+
+
+def test_bm25_with_other_k1_rescoring_matches_tantivy_and_the_formula(engine) -> None:
+    # short fields: tantivy's length quantisation is exact there, so its scores are the formula's
+    base = engine.bm25("heine theorem bounded", k=5)
+    same = engine.bm25("heine theorem bounded", k=5, k1=1.2 + 1e-12)
+    assert same.ids == base.ids and same.scores == pytest.approx(base.scores, rel=1e-4)
+    k15 = dict(engine.bm25("heine theorem bounded", {"title": 1.0}, k=5, k1=1.5).items())
+    n, avg = engine.bm25_index.field_stats()
+    toks = engine.analyzer.analyze("Heine Borel theorem")
+    expected = 0.0
+    for t in ("hein", "theorem"):
+        df = engine.bm25_index.field_doc_freq("title", t)
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        expected += idf * 1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * len(toks) / avg["title"]))
+    assert k15["hb"] == pytest.approx(expected)
+
+
+def test_rebuilds_a_bm25_index_written_with_another_schema(tmp_path) -> None:
+    import shutil
+
+    import tantivy
+
+    path = tmp_path / "idx"
+    with EmbeddedEngine(path) as e:
+        e.write(DOCS)
+    shutil.rmtree(path / "bm25")
+    (path / "bm25").mkdir()
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("other", stored=True)
+    tantivy.Index(sb.build(), path=str(path / "bm25"))
+    (path / "bm25" / "applied.json").write_text('{"seq": 999, "fields": ["title"]}')
+    with EmbeddedEngine(path) as e:
+        assert e.bm25("heine").ids == ["hb"] and e.stats()["bm25_docs"] == len(DOCS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ def _schema() -> tantivy.Schema:
     sb.add_unsigned_field("label", indexed=True, fast=True)
     for f in SCORED_FIELDS:
         sb.add_text_field(f, tokenizer_name="whitespace", index_option="freq")
+        sb.add_unsigned_field(f"len_{f}", indexed=False, fast=True)  # token count: BM25 with other k1/b
     for f in ("subj", "kind", "license", "source"):
         sb.add_text_field(f, tokenizer_name="raw", index_option="basic")
     sb.add_integer_field("ym", indexed=True, fast=True)
@@ -47,12 +49,20 @@ class Bm25Index:
         try:
             if owner:
                 path.mkdir(parents=True, exist_ok=True)
-                self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
+                try:
+                    self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
+                except ValueError:
+                    # an index written with another schema: it is derived, so rebuild it from the
+                    # journal (applied seq back to 0)
+                    shutil.rmtree(path)
+                    path.mkdir(parents=True)
+                    self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
                 self._writer = self.index.writer(heap_size=64_000_000, num_threads=1)
             elif (path / "meta.json").exists():
                 self.index = tantivy.Index.open(str(path))
         except ValueError as e:
             raise EngineError(f"cannot open BM25 index {path}: {e}") from e
+        self._lengths: tuple[int, dict[str, float]] | None = None
         self._read_applied()
 
     def _read_applied(self) -> None:
@@ -68,6 +78,7 @@ class Bm25Index:
             self.index = tantivy.Index.open(str(self.path))
         if self.index is not None:
             self.index.reload()
+        self._lengths = None
         self._read_applied()
 
     def apply(self, upserts: Mapping[int, Document], deletes: Sequence[str], seq: int) -> None:
@@ -83,6 +94,7 @@ class Bm25Index:
             w.commit()
             if self.index is not None:
                 self.index.reload()
+            self._lengths = None
             self.applied_seq = seq
             tmp = self.path / (_APPLIED + ".tmp")
             tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present)}))
@@ -98,11 +110,13 @@ class Bm25Index:
                 tokens = self.analyzer.analyze(value)
                 if tokens:
                     doc.add_text(f, " ".join(tokens))
+                    doc.add_unsigned(f"len_{f}", len(tokens))
                     self.fields_present.add(f)
         if d.subjects:
             tokens = self.analyzer.analyze_many(d.subjects)
             if tokens:
                 doc.add_text("subjects", " ".join(tokens))
+                doc.add_unsigned("len_subjects", len(tokens))
                 self.fields_present.add("subjects")
             for s in d.subjects:
                 doc.add_text("subj", norm_key(s))
@@ -168,6 +182,22 @@ class Bm25Index:
             return 0, 0
         s = self.index.searcher()
         return s.num_docs, max(s.doc_freq(f, term) for f in SCORED_FIELDS)
+
+    def field_stats(self) -> tuple[int, dict[str, float]]:
+        """(documents, average token count per scored field over all documents), as tantivy's BM25
+        counts them; cached until the next commit is seen."""
+        if self.index is None:
+            return 0, {}
+        searcher = self.index.searcher()
+        n = searcher.num_docs
+        if self._lengths is None or self._lengths[0] != n:
+            aggs = {f: {"sum": {"field": f"len_{f}"}} for f in self.fields_present}
+            sums = searcher.aggregate(tantivy.Query.all_query(), aggs) if aggs and n else {}
+            self._lengths = (n, {f: (sums[f]["value"] or 0.0) / n for f in sums})
+        return self._lengths
+
+    def field_doc_freq(self, field: str, term: str) -> int:
+        return 0 if self.index is None else int(self.index.searcher().doc_freq(field, term))
 
     def num_docs(self) -> int:
         return 0 if self.index is None else self.index.searcher().num_docs

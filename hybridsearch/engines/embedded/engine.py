@@ -206,21 +206,64 @@ class EmbeddedEngine:
 
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
              k: int = 10, filters: Filters | None = None, *, mode: Bm25Mode = "most_fields",
-             tie_breaker: float = 0.2, role_boost: float = 1.0) -> RankedList:
-        """Field-boosted BM25 (k1=1.2, b=0.75). `most_fields` sums fields; `best_fields` is dis_max."""
+             tie_breaker: float = 0.2, role_boost: float = 1.0, k1: float = 1.2, b: float = 0.75) -> RankedList:
+        """Field-boosted BM25. `most_fields` sums fields; `best_fields` is dis_max. tantivy scores
+        with k1=1.2, b=0.75; other values rescore tantivy's top max(4k, 200) candidates exactly
+        (see `_rescore`)."""
         if mode not in ("most_fields", "best_fields"):
             raise QueryError(f"mode must be one of most_fields, best_fields; got {mode!r}")
-        for name, v in (("tie_breaker", tie_breaker), ("role_boost", role_boost)):
+        for name, v in (("tie_breaker", tie_breaker), ("role_boost", role_boost), ("k1", k1), ("b", b)):
             if not math.isfinite(v) or v < 0:
                 raise QueryError(f"{name} must be a finite number >= 0, got {v!r}")
+        if b > 1:
+            raise QueryError(f"b must be in [0, 1], got {b!r}")
         terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str)
                  else list(query))
         self.refresh()
-        labels, scores = self.bm25_index.search(terms, fields or BM25_FIELD_WEIGHTS, k, filters,
-                                                mode, tie_breaker)
+        fields = fields or BM25_FIELD_WEIGHTS
+        labels, scores = self.bm25_index.search(terms, fields, k if (k1, b) == (1.2, 0.75) else max(4 * k, 200),
+                                                filters, mode, tie_breaker)
+        if (k1, b) != (1.2, 0.75) and labels:
+            labels, scores = self._rescore(terms, fields, labels, k, mode, tie_breaker, k1, b)
         if role_boost != 1.0:
             scores = [s * role_boost for s in scores]
         return self._ranked("bm25", labels, scores)
+
+    def _rescore(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], labels: list[int],
+                 k: int, mode: Bm25Mode, tie_breaker: float, k1: float, b: float) -> tuple[list[int], list[float]]:
+        """BM25 with other k1/b over candidates, in tantivy's scale: per field,
+        sum_t w_t idf(t) tf (k1+1) / (tf + k1 (1 - b + b dl/avgdl)), idf = ln(1 + (N - df + 0.5)/(df + 0.5))
+        over all documents as tantivy counts them; lengths are exact token counts (tantivy
+        quantises them, so at k1=1.2, b=0.75 long fields differ slightly from its scores)."""
+        n, avg = self.bm25_index.field_stats()
+        weights: dict[str, float] = {}
+        for t, w in terms:
+            weights[t] = weights.get(t, 0.0) + w
+        active = {f: fw for f, fw in fields.items() if fw > 0 and f in avg and avg[f] > 0}
+        idf = {(f, t): math.log(1 + (n - (df := self.bm25_index.field_doc_freq(f, t)) + 0.5) / (df + 0.5))
+               for f in active for t in weights}
+        docs = self.store.docs_by_label(labels)
+        out: dict[int, float] = {}
+        for label, d in docs.items():
+            per_field = []
+            for f, fw in active.items():
+                an = self.analyzer
+                toks = an.analyze_many(d.subjects) if f == "subjects" else an.analyze(getattr(d, f))
+                if not toks:
+                    continue
+                counts: dict[str, int] = {}
+                for tok in toks:
+                    if tok in weights:
+                        counts[tok] = counts.get(tok, 0) + 1
+                norm = k1 * (1 - b + b * len(toks) / avg[f])
+                per_field.append(fw * sum(weights[t] * idf[(f, t)] * tf * (k1 + 1) / (tf + norm)
+                                          for t, tf in counts.items()))
+            if per_field:
+                best = max(per_field)
+                out[label] = (best + tie_breaker * (sum(per_field) - best) if mode == "best_fields"
+                              else sum(per_field))
+        order = sorted((lb for lb in out if out[lb] > 0), key=lambda lb: (-out[lb], lb))[:k]
+        return order, [out[lb] for lb in order]
 
     def term_stats(self, terms: Sequence[str]) -> dict[str, Any]:
         """Full-corpus document frequencies and Lucene idf for analyzed terms."""
