@@ -143,12 +143,8 @@ class DenseChannel:
             raise UnsupportedCapabilityError("the dense channel needs an engine with vector search")
         if not query.variants:
             return engine.knn(query.vector, k, query.filters)
-        best: dict[str, float] = {}  # a chunk found by several variants keeps its best score
-        for vec in query.vectors:
-            for id_, s in engine.knn(vec, k, query.filters).items():
-                best[id_] = max(s, best.get(id_, s))
-        order = sorted(best, key=lambda d: (-best[d], d))[:k]
-        return RankedList.of("dense", order, [best[d] for d in order])
+        # a chunk found by several variants keeps its best score (no intersection bonus)
+        return merge_subqueries([engine.knn(v, k, query.filters) for v in query.vectors], k, 0.0, "dense")
 
 
 class HdcConfig(ChannelConfig):

@@ -60,7 +60,7 @@ def decompose(query: str, threshold: int = 4, analyzer: Analyzer | None = None) 
 
 def merge_subqueries(results: Sequence[RankedList], k: int, bonus: float, channel: str) -> RankedList:
     """khive: sub-queries score on their own; a unit found by m of them keeps its best score times
-    (1 + bonus * (m - 1))."""
+    (1 + bonus * (m - 1)). With bonus 0 it is the best score per unit over several lists."""
     best: dict[str, float] = {}
     found: dict[str, int] = {}
     for rl in results:

@@ -64,8 +64,6 @@ def test_field_weights_change_the_order(engine) -> None:
 
 
 def test_most_fields_sums_and_best_fields_takes_the_max(engine) -> None:
-    t = engine.bm25("compact", {"title": 1.0}).scores[0]
-    x = engine.bm25("compact", {"text": 1.0}, 3)
     # 'a' has "compact" in the title and "cover ... subcover" elsewhere: add a text match
     engine.write([DOCS[0].model_copy(update={"text": "A compact space; every open cover is finite."})])
     t = engine.bm25("compact", {"title": 1.0}).scores[0]
