@@ -93,7 +93,7 @@ def main() -> None:
     fig["serve_peak_rss_mb"] = float(out.stdout.strip().splitlines()[-1])
 
     specs = run_specs("bm25,dense,bm25+dense", "rrf", "lexical-best")
-    results = run_eval(ds, specs, index_dir=index_dir, encoder=enc, progress=False, log=lambda m: None)
+    results = run_eval(ds, specs, target=index_dir, encoder=enc, progress=False, log=lambda m: None)
 
     print(f"\n## {ds.name}: {n} documents, {len(queries)} test queries\n")
     print("| figure | value |\n|---|---|")

@@ -167,7 +167,7 @@ def bench_quality(datasets: list[Path]) -> None:
                 store.hdc_options(ngrams=ngrams)
                 store.close()
                 specs = run_specs("bm25,hdc,bm25+hdc", "agreement", "kb-balanced")
-                res = run_eval(ds, specs, index_dir=Path(tmp), progress=False, log=lambda m: None)
+                res = run_eval(ds, specs, target=Path(tmp), progress=False, log=lambda m: None)
             print(f"\n## {ds.name}, HDC {'with character 3-grams' if ngrams else 'tokens only'}\n")
             print(format_table(res))
 

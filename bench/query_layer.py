@@ -99,7 +99,7 @@ def bench_eval(datasets: list[Path], index_root: Path | None) -> None:
         specs = (run_specs("bm25+dense", "rrf", None) + run_specs("bm25+dense", "weighted", None)
                  + run_specs("bm25+hdc", "agreement", PROFILES))
         index_dir = (index_root or Path(".hybridsearch/eval")) / ds.resolve().name
-        res = run_eval(ds, specs, index_dir=index_dir, progress=False, log=lambda m: None)
+        res = run_eval(ds, specs, target=index_dir, progress=False, log=lambda m: None)
         print(f"\n## {ds.name}: every fuser and profile (depth 100)\n")
         print(format_table(res))
 

@@ -8,9 +8,12 @@ import os
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybridsearch.errors import HybridSearchError
+
+if TYPE_CHECKING:
+    from hybridsearch.engines import Engine
 
 DEMO_QUERIES = ("qa-05", "qb-01", "qb-09", "qc-01", "qa-12", "qc-07", "qa-ood-1")
 
@@ -26,21 +29,52 @@ def demo_dir() -> Path:
     return Path(str(resources.files("hybridsearch") / "data" / "demo"))
 
 
+def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Engine:
+    """The engine the command names: `--engine embedded` (an index directory, the default) or
+    `--engine opensearch` (`--url`, default $HYBRIDSEARCH_OPENSEARCH_URL; logical index `--index`)."""
+    from hybridsearch.engines import open_engine
+
+    if _engine_name(args) == "opensearch":
+        url, index = _opensearch_target(args)
+        return open_engine(url, index=index)
+    index_dir = _index_dir(args)
+    if must_exist and not (index_dir / "store.sqlite").exists():
+        raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
+    return open_engine(str(index_dir))
+
+
+def _engine_name(args: argparse.Namespace) -> str:
+    return "opensearch" if getattr(args, "url", None) else getattr(args, "engine", "embedded")
+
+
+def _opensearch_target(args: argparse.Namespace, default_index: str | None = None) -> tuple[str, str]:
+    from hybridsearch.config import get_settings
+
+    settings = get_settings()
+    url = getattr(args, "url", None) or settings.opensearch_url
+    if not url:
+        raise HybridSearchError("no OpenSearch URL: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL "
+                                "(`hybridsearch opensearch start` runs a local node and prints its URL)")
+    return url, getattr(args, "index", None) or default_index or settings.opensearch_index
+
+
 def _channels(value: str | None) -> list[str]:
     return [c.strip() for c in (value or "").replace("+", ",").split(",") if c.strip()]
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
-    from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import ingest
 
     if not Path(args.path).exists():
         raise HybridSearchError(f"{args.path}: no such file or directory")
-    with EmbeddedEngine(_index_dir(args)) as engine:
+    engine = _open(args, must_exist=False)
+    try:
         enc = None if args.no_embed else default_encoder()
         summary = ingest(engine, Path(args.path), loader=args.loader, strict=args.strict,
                          encoder=enc, progress=not args.quiet)
+    finally:
+        engine.close()
     print("\n".join(summary.lines()))
     return 1 if summary.rejected and args.strict else 0
 
@@ -92,13 +126,14 @@ def _profile_for(args: argparse.Namespace) -> Any:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
-    from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import embed_missing, missing_vector_ids
 
     index_dir = _index_dir(args)
-    if not (index_dir / "store.sqlite").exists():
-        raise HybridSearchError(f"no index at {index_dir}")
     if args.enqueue:
+        if _engine_name(args) != "embedded":
+            raise HybridSearchError("--enqueue works with the embedded engine only; embed in place instead")
+        if not (index_dir / "store.sqlite").exists():
+            raise HybridSearchError(f"no index at {index_dir}")
         from workers.tasks import embed
 
         ids = missing_vector_ids(index_dir)
@@ -106,24 +141,26 @@ def cmd_embed(args: argparse.Namespace) -> int:
             embed.delay(str(index_dir.resolve()), ids[i:i + args.chunk])
         print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks")
         return 0
-    with EmbeddedEngine(index_dir) as engine:
+    engine = _open(args)
+    try:
         n = embed_missing(engine, default_encoder(), progress=not args.quiet)
+    finally:
+        engine.close()
     print(f"embedded {n} chunks")
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from hybridsearch.engines.embedded import EmbeddedEngine
     from query_service.searcher import Searcher
 
-    index_dir = _index_dir(args)
-    if not (index_dir / "store.sqlite").exists():
-        raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
-    with EmbeddedEngine(index_dir) as engine:
-        searcher = Searcher(engine)
+    engine = _open(args)
+    searcher = Searcher(engine)
+    try:
         result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True,
                                  overrides=_parse_sets(args.set))
+    finally:
         searcher.close()
+        engine.close()
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -136,13 +173,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from hybridsearch.engines.embedded import EmbeddedEngine
-
-    index_dir = _index_dir(args)
-    if not (index_dir / "store.sqlite").exists():
-        raise HybridSearchError(f"no index at {index_dir}")
-    with EmbeddedEngine(index_dir) as engine:
-        stats = engine.stats()
+    engine = _open(args)
+    try:
+        stats = engine.stats().as_dict()
+    finally:
+        engine.close()
     if args.json:
         print(json.dumps(stats, indent=2))
     else:
@@ -152,16 +187,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from query_service.evaluate import format_table, run_eval, run_specs
+    from query_service.evaluate import eval_index_name, format_table, run_eval, run_specs
 
     dataset = Path(args.dataset)
     channels = args.channels
     if not channels and not args.profiles:
         channels = "bm25,dense,bm25+dense"
     specs = run_specs(channels, args.fuser, args.profiles)
-    index_dir = Path(args.index_dir) if args.index_dir else Path(".hybridsearch/eval") / dataset.resolve().name
-    results = run_eval(dataset, specs, index_dir=index_dir, split=args.split, progress=not args.quiet,
-                       log=lambda m: print(m, file=sys.stderr))
+    options: dict[str, object] = {}
+    if _engine_name(args) == "opensearch":
+        target, options["index"] = _opensearch_target(args, eval_index_name(dataset))
+    else:
+        target = args.index_dir or str(Path(".hybridsearch/eval") / dataset.resolve().name)
+    results = run_eval(dataset, specs, target=target, split=args.split, progress=not args.quiet,
+                       log=lambda m: print(m, file=sys.stderr), **options)
     print(format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
@@ -197,7 +236,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         searcher.close()
         engine.close()
     specs = run_specs("bm25,dense,hdc,bm25+dense", "rrf", None) + run_specs("bm25+hdc", "agreement", "kb-balanced")
-    results = run_eval(data, specs, index_dir=index_dir, progress=False, log=lambda m: None)
+    results = run_eval(data, specs, target=index_dir, progress=False, log=lambda m: None)
     print("demo judgements (graded, test split):")
     print(format_table(results))
     return 0
@@ -211,9 +250,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="index directory (default: $HYBRIDSEARCH_INDEX_DIR or .hybridsearch/index; "
                         "eval: .hybridsearch/eval/<dataset>; demo: .hybridsearch/demo)")
     p.add_argument("--index-dir", default=None, help=argparse.SUPPRESS)
+    engine_opts = argparse.ArgumentParser(add_help=False)
+    engine_opts.add_argument("--engine", choices=["embedded", "opensearch"], default="embedded",
+                             help="embedded (an index directory, the default) or opensearch")
+    engine_opts.add_argument("--url", help="OpenSearch URL (default $HYBRIDSEARCH_OPENSEARCH_URL); "
+                             "implies --engine opensearch")
+    engine_opts.add_argument("--index", help="OpenSearch logical index (default $HYBRIDSEARCH_OPENSEARCH_INDEX "
+                             "or hybridsearch; eval: eval-<dataset>)")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("ingest", parents=[common], help="load, validate, embed and index a corpus")
+    s = sub.add_parser("ingest", parents=[common, engine_opts], help="load, validate, embed and index a corpus")
     s.add_argument("path")
     s.add_argument("--loader", choices=["jsonl", "beir", "atlas", "textdir"],
                    help="default: guessed from the path")
@@ -223,14 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_ingest)
 
-    s = sub.add_parser("embed", parents=[common], help="embed chunks that have no vector yet")
+    s = sub.add_parser("embed", parents=[common, engine_opts], help="embed chunks that have no vector yet")
     s.add_argument("--enqueue", action="store_true", help="send Celery tasks (HYBRIDSEARCH_REDIS_URL) "
                    "instead of embedding here")
     s.add_argument("--chunk", type=int, default=256, help="chunks per task")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_embed)
 
-    s = sub.add_parser("search", parents=[common], help="search the index")
+    s = sub.add_parser("search", parents=[common, engine_opts], help="search the index")
     s.add_argument("query")
     s.add_argument("--channels", help="channels to combine, e.g. bm25,dense (overrides --profile)")
     s.add_argument("--fuser", default="rrf")
@@ -242,11 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
-    s = sub.add_parser("stats", parents=[common], help="index statistics")
+    s = sub.add_parser("stats", parents=[common, engine_opts], help="index statistics")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stats)
 
-    s = sub.add_parser("eval", parents=[common], help="evaluate on a BEIR dataset")
+    s = sub.add_parser("eval", parents=[common, engine_opts], help="evaluate on a BEIR dataset")
     s.add_argument("dataset")
     s.add_argument("--channels", help="bm25,dense = one run each; bm25+dense = one fused run")
     s.add_argument("--fuser", default="rrf")

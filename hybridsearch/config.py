@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -13,11 +14,33 @@ class Settings(BaseSettings):
                                       extra="ignore")
 
     index_dir: Path = Path(".hybridsearch/index")
-    opensearch_url: str | None = None
     redis_url: str | None = None
     embedding_batch_size: int = Field(default=64, ge=1)
     exact_dense_max: int = Field(default=200_000, ge=0)
     torch_threads: int | None = Field(default=None, ge=1)
+
+    # OpenSearch engine (a cluster, or the local node that `hybridsearch opensearch start` runs)
+    opensearch_url: str | None = None
+    opensearch_username: str | None = None
+    opensearch_password: SecretStr | None = None
+    opensearch_verify_certs: bool = True
+    opensearch_ca_certs: Path | None = None
+    opensearch_timeout: float = Field(default=30.0, gt=0)
+    opensearch_index: str = "hybridsearch"
+    opensearch_knn_engine: Literal["lucene", "faiss"] = "lucene"
+    opensearch_bulk_docs: int = Field(default=500, ge=1, description="documents per bulk request")
+    opensearch_bulk_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="bytes per bulk request")
+    opensearch_bulk_retries: int = Field(default=5, ge=0, description="retries of items rejected with 429")
+    require_opensearch: bool = Field(default=False, description="tests: a missing node fails instead of skipping")
+
+    # the local node (hybridsearch opensearch start|stop|status)
+    opensearch_home: Path | None = Field(default=None, description="cache of the node's distribution and "
+                                         "data; default ~/.cache/hybridsearch/opensearch, or "
+                                         "/var/cache/hybridsearch/opensearch as root")
+    opensearch_port: int | None = Field(default=None, ge=1, le=65535, description="default: a free port")
+    opensearch_heap: str = "1g"
+    opensearch_java_home: Path | None = None
+    opensearch_start_timeout: float = Field(default=180.0, gt=0)
 
 
 def get_settings() -> Settings:

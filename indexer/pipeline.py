@@ -12,9 +12,9 @@ from tqdm import tqdm
 
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.engines import BinarySearch, Engine
 from hybridsearch.engines.embedded.store import Store
-from hybridsearch.errors import ValidationError
+from hybridsearch.errors import UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
 from indexer.loaders import Loader, LoadReport, detect_loader
@@ -39,6 +39,12 @@ class IngestSummary:
         return out
 
 
+def _binary(engine: Engine) -> BinarySearch:
+    if not isinstance(engine, BinarySearch):
+        raise UnsupportedCapabilityError("HDC codes need an engine with binary (Hamming) search")
+    return engine
+
+
 def _batches(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
     it = iter(items)
     while batch := list(islice(it, size)):
@@ -54,12 +60,12 @@ def load_documents(path: Path, loader: str | None, report: LoadReport, *,
     return impl.load(path, report, strict=strict)
 
 
-def ingest(engine: EmbeddedEngine, path: Path, *, loader: str | None = None, strict: bool = False,
+def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: bool = False,
            encoder: Encoder | None = None, hdc: bool = True, progress: bool = True,
            batch_size: int = BATCH) -> IngestSummary:
     """Index a corpus. Each batch is HDC-encoded (and embedded, with an encoder) before it is
     written, so an acknowledged document is searchable in every channel at once."""
-    hdc_encoder = engine.hdc_encoder() if hdc else None
+    hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
     summary = IngestSummary()
@@ -80,7 +86,7 @@ def ingest(engine: EmbeddedEngine, path: Path, *, loader: str | None = None, str
     return summary
 
 
-def embed_missing(engine: EmbeddedEngine, encoder: Encoder, *, progress: bool = True,
+def embed_missing(engine: Engine, encoder: Encoder, *, progress: bool = True,
                   batch_size: int = BATCH) -> int:
     """Embed every stored chunk that has no vector yet (resumable: done batches stay done)."""
     missing = engine.missing_vectors()
@@ -96,7 +102,7 @@ def embed_missing(engine: EmbeddedEngine, encoder: Encoder, *, progress: bool = 
     return len(missing)
 
 
-def embed_ids(engine: EmbeddedEngine, encoder: Encoder, docs: Sequence[Document]) -> None:
+def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document]) -> None:
     """Embed the given documents and store their vectors."""
     vectors = encoder.encode([d.dense_text for d in docs])
     engine.set_vectors([d.id for d in docs], vectors)
@@ -117,10 +123,10 @@ def embed_store_ids(index_dir: Path, encoder: Encoder, ids: Sequence[str]) -> in
         store.close()
 
 
-def encode_hdc_missing(engine: EmbeddedEngine, *, progress: bool = True) -> int:
+def encode_hdc_missing(engine: Engine, *, progress: bool = True) -> int:
     """HDC-encode every stored chunk that has no codes yet (resumable)."""
     missing = engine.missing_codes()
-    enc = engine.hdc_encoder()
+    enc = _binary(engine).hdc_encoder()
     for i in tqdm(range(0, len(missing), BATCH), desc="hdc", unit="batch",
                   disable=not progress or len(missing) < BATCH, leave=False):
         chunk = missing[i:i + BATCH]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.analysis import default_analyzer
 from hybridsearch.embeddings import Encoder, default_encoder
-from hybridsearch.engines import BinarySearch, LexicalSearch, VectorSearch
+from hybridsearch.engines import BinarySearch, Bm25Options, LexicalSearch, Reader, VectorSearch
 from hybridsearch.errors import UnsupportedCapabilityError
 from hybridsearch.hdc import HdcWeights, combine
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Filters, RankedList
@@ -60,7 +60,7 @@ class QueryContext:
 class Channel(Protocol):
     name: ClassVar[str]
 
-    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList: ...
+    def retrieve(self, query: QueryContext, engine: Reader, k: int) -> RankedList: ...
 
 
 class Bm25Config(ChannelConfig):
@@ -97,7 +97,7 @@ class Bm25Channel:
     def __init__(self, config: Bm25Config | None = None) -> None:
         self.config = config or Bm25Config()
 
-    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
+    def retrieve(self, query: QueryContext, engine: Reader, k: int) -> RankedList:
         if not isinstance(engine, LexicalSearch):
             raise UnsupportedCapabilityError("the bm25 channel needs an engine with lexical search")
         c = self.config
@@ -106,7 +106,7 @@ class Bm25Channel:
             return self._one(query.text, query, engine, k)
         return merge_subqueries([self._one(p, query, engine, k) for p in parts], k, c.intersection_bonus, "bm25")
 
-    def _one(self, text: str, query: QueryContext, engine: Any, k: int) -> RankedList:
+    def _one(self, text: str, query: QueryContext, engine: Reader, k: int) -> RankedList:
         c = self.config
         an = default_analyzer()
         terms = an.analyze(text)
@@ -119,10 +119,8 @@ class Bm25Channel:
                 if t not in seen:
                     seen.add(t)
                     weighted.append((t, c.expand_discount))
-        options: dict[str, Any] = {"mode": c.mode, "tie_breaker": c.tie_breaker, "role_boost": c.role_boost}
-        if (c.k1, c.b) != (1.2, 0.75):
-            options.update(k1=c.k1, b=c.b)
-        return engine.bm25(weighted, c.fields, k, query.filters, **options)
+        options = Bm25Options(c.mode, c.tie_breaker, c.role_boost, c.k1, c.b)
+        return engine.bm25(weighted, c.fields, k, query.filters, options)
 
 
 class DenseConfig(ChannelConfig):
@@ -138,7 +136,7 @@ class DenseChannel:
     def __init__(self, config: DenseConfig | None = None) -> None:
         self.config = config or DenseConfig()
 
-    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
+    def retrieve(self, query: QueryContext, engine: Reader, k: int) -> RankedList:
         if not isinstance(engine, VectorSearch):
             raise UnsupportedCapabilityError("the dense channel needs an engine with vector search")
         if not query.variants:
@@ -163,8 +161,8 @@ class HdcChannel:
     def __init__(self, config: HdcConfig | None = None) -> None:
         self.config = config or HdcConfig()
 
-    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
-        if not isinstance(engine, BinarySearch) or not hasattr(engine, "hdc_encoder"):
+    def retrieve(self, query: QueryContext, engine: Reader, k: int) -> RankedList:
+        if not isinstance(engine, BinarySearch):
             raise UnsupportedCapabilityError("the hdc channel needs an engine with binary (Hamming) search")
         codes = engine.hdc_encoder().encode_query(query.text, role=query.role, acts=query.acts)
         fetch = k * self.config.candidate_factor

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from hybridsearch.embeddings import Encoder, default_encoder
-from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.engines import Engine, open_engine
 from hybridsearch.errors import ValidationError
 from hybridsearch.metrics import evaluate, percentile
 from indexer.loaders import load_qrels, load_queries
@@ -57,49 +56,60 @@ def corpus_fingerprint(dataset: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def eval_index_name(dataset: Path) -> str:
+    """The OpenSearch logical index `eval` uses for a dataset: one per dataset, like directories."""
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in dataset.resolve().name.lower())
+    return f"eval-{name.strip('-_') or 'dataset'}"
+
+
 def uses_channel(profile: Profile, channel: str) -> bool:
     return channel in profile.channels or (profile.escalation is not None and profile.escalation.channel == channel)
 
 
-def prepare_index(dataset: Path, index_dir: Path, *, need_vectors: bool, encoder: Encoder | None,
-                  need_codes: bool = False, progress: bool = True,
-                  log: Callable[[str], None] = print) -> EmbeddedEngine:
-    """Open the index for `dataset`, building it on first use and embedding what is missing."""
+def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, encoder: Encoder | None,
+                  need_codes: bool = False, progress: bool = True, log: Callable[[str], None] = print,
+                  **engine_options: object) -> Engine:
+    """Open the index for `dataset` (a directory, or a URL with engine options such as `index`),
+    building it on first use and embedding what is missing."""
     if not (dataset / "corpus.jsonl").exists():
         raise ValidationError("not a BEIR dataset (no corpus.jsonl)", source=str(dataset))
-    engine = EmbeddedEngine(index_dir)
-    fp = corpus_fingerprint(dataset)
-    if engine.store.get_meta("corpus") != json.dumps(fp):
-        if engine.count():
-            engine.close()
-            raise ValidationError("index dir holds another corpus; choose another --index-dir",
-                                  source=str(index_dir))
-        summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
-        engine.store.set_meta("corpus", fp)
-        log(f"indexed {dataset}: " + summary.lines()[0])
-    if need_codes and engine.store.count_codes() < engine.count():
-        t = time.perf_counter()
-        n = encode_hdc_missing(engine, progress=progress)
-        log(f"HDC-encoded {n} documents in {time.perf_counter() - t:.1f}s")
-    if need_vectors and engine.store.count_vectors() < engine.count():
-        t = time.perf_counter()
-        n = embed_missing(engine, encoder or default_encoder(), progress=progress)
-        engine.checkpoint()
-        log(f"embedded {n} documents in {time.perf_counter() - t:.1f}s")
+    engine = open_engine(str(target), **engine_options)
+    try:
+        fp = corpus_fingerprint(dataset)
+        if engine.get_meta("corpus") != fp:
+            if engine.count():
+                raise ValidationError("the index holds another corpus; choose another index",
+                                      source=str(target))
+            summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
+            engine.set_meta("corpus", fp)
+            log(f"indexed {dataset}: " + summary.lines()[0])
+        stats = engine.stats()
+        if need_codes and stats.codes < stats.documents:
+            t = time.perf_counter()
+            n = encode_hdc_missing(engine, progress=progress)
+            log(f"HDC-encoded {n} documents in {time.perf_counter() - t:.1f}s")
+        if need_vectors and stats.vectors < stats.documents:
+            t = time.perf_counter()
+            n = embed_missing(engine, encoder or default_encoder(), progress=progress)
+            log(f"embedded {n} documents in {time.perf_counter() - t:.1f}s")
+    except BaseException:
+        engine.close()
+        raise
     return engine
 
 
-def run_eval(dataset: Path, specs: Sequence[RunSpec], *, index_dir: Path, split: str = "test",
-             encoder: Encoder | None = None, progress: bool = True,
-             log: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
+def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, split: str = "test",
+             encoder: Encoder | None = None, progress: bool = True, log: Callable[[str], None] = print,
+             **engine_options: object) -> dict[str, dict[str, float]]:
+    """Evaluate each run on `dataset`'s `split`; the index is the directory or URL `target`."""
     qrels = load_qrels(dataset, split)
     queries = [q for q in load_queries(dataset) if q.id in qrels]
     if not queries:
         raise ValidationError(f"no queries of split {split!r} found", source=str(dataset))
     need_vectors = any(uses_channel(s.profile, "dense") for s in specs)
     need_codes = any(uses_channel(s.profile, "hdc") for s in specs)
-    engine = prepare_index(dataset, index_dir, need_vectors=need_vectors, encoder=encoder,
-                           need_codes=need_codes, progress=progress, log=log)
+    engine = prepare_index(dataset, target, need_vectors=need_vectors, encoder=encoder,
+                           need_codes=need_codes, progress=progress, log=log, **engine_options)
     enc = encoder or (default_encoder() if need_vectors else None)
     searcher = Searcher(engine, encoder=enc)
     results: dict[str, dict[str, float]] = {}

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from hybridsearch.engines import Bm25Options, Neighbors, TermStat, TermStats
 from hybridsearch.errors import QueryError
 from hybridsearch.models import DocInfo, Document, Filters, RankedList
+from hybridsearch.scoring import bm25_idf
 
 SEP = ":"
 
@@ -44,19 +46,19 @@ class MultiEngine:
         items.sort(key=lambda x: (-x[0], x[1]))
         return RankedList.of(channel, [i for _, i in items[:k]], [s for s, _ in items[:k]])
 
-    def bm25(self, query: Any, fields: Any = None, k: int = 10, filters: Filters | None = None,
-             **options: Any) -> RankedList:
-        parts = {kb: e.bm25(query, fields, k, filters, **options) for kb, e in self.engines.items()}
+    def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
+             k: int = 10, filters: Filters | None = None, options: Bm25Options | None = None) -> RankedList:
+        parts = {kb: e.bm25(query, fields, k, filters, options) for kb, e in self.engines.items()}
         return self._merge("bm25", parts, k, by_top=True)
 
-    def term_stats(self, terms: Sequence[str]) -> dict[str, Any]:
+    def term_stats(self, terms: Sequence[str]) -> TermStats:
         stats = [e.term_stats(terms) for e in self.engines.values()]
-        n = sum(s["num_docs"] for s in stats)
+        n = sum(s.num_docs for s in stats)
         out = {}
         for t in terms:
-            df = sum(s["terms"][t]["df"] for s in stats)
-            out[t] = {"df": df, "idf": float(np.log(1 + (n - df + 0.5) / (df + 0.5))) if n else 0.0}
-        return {"num_docs": n, "terms": out}
+            df = sum(s.terms[t].df for s in stats if t in s.terms)
+            out[t] = TermStat(df, bm25_idf(n, df))
+        return TermStats(n, out)
 
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
         return self._merge("dense", {kb: e.knn(vec, k, filters) for kb, e in self.engines.items()}, k, by_top=False)
@@ -92,3 +94,11 @@ class MultiEngine:
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("vectors", ids)
+
+    def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
+        """Neighbours within each knowledge base, qualified like the ids."""
+        out: dict[str, Neighbors] = {}
+        for q, nb in self._routed("neighbors", ids).items():
+            kb = q.partition(SEP)[0]
+            out[q] = Neighbors(tuple(f"{kb}{SEP}{i}" for i in nb.cites), tuple(f"{kb}{SEP}{i}" for i in nb.cited_by))
+        return out

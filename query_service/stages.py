@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from hybridsearch.analysis import ENGLISH_STOPWORDS, Analyzer, default_analyzer
 from hybridsearch.analysis.normalize import prenormalize
+from hybridsearch.engines import TermStats
 from hybridsearch.models import RankedList
 
 
@@ -35,10 +35,10 @@ def keyword_variant(query: str) -> str:
     return " ".join(w for w in words if w and w not in ENGLISH_STOPWORDS)
 
 
-def idf_filter(terms: Sequence[str], stats: dict[str, Any], min_idf: float) -> list[str]:
+def idf_filter(terms: Sequence[str], stats: TermStats, min_idf: float) -> list[str]:
     """AICO: drop a term whose idf is below `min_idf`; keep terms the corpus has never seen."""
-    info = stats["terms"]
-    return [t for t in terms if info.get(t, {}).get("df", 0) == 0 or info[t]["idf"] >= min_idf]
+    info = stats.terms
+    return [t for t in terms if t not in info or info[t].df == 0 or info[t].idf >= min_idf]
 
 
 _SPLIT = re.compile(r"\s*(?:,|;|\band\b|\bvs\.?|\bversus\b|\bor\b|\bwith\b)\s*", re.IGNORECASE)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from hybridsearch.analysis import default_analyzer
-from hybridsearch.engines import LexicalSearch
+from hybridsearch.engines import LexicalSearch, Reader, VectorSearch
 from hybridsearch.errors import UnsupportedCapabilityError
 from hybridsearch.models import Document, RankedList
 from query_service.channels import ChannelConfig, QueryContext
@@ -59,7 +59,7 @@ class TfidfChannel:
     def __init__(self, config: TfidfConfig | None = None) -> None:
         self.config = config or TfidfConfig()
 
-    def retrieve(self, query: QueryContext, engine: Any, k: int) -> RankedList:
+    def retrieve(self, query: QueryContext, engine: Reader, k: int) -> RankedList:
         if not isinstance(engine, LexicalSearch):
             raise UnsupportedCapabilityError("the tfidf-multisignal channel needs an engine with lexical search")
         c = self.config
@@ -69,7 +69,7 @@ class TfidfChannel:
         else:
             rl = merge_subqueries([self._one(p, query, engine, k) for p in parts], k, c.intersection_bonus,
                                   self.name)
-        if c.rerank and rl.ids and hasattr(engine, "vector_score"):
+        if c.rerank and rl.ids and isinstance(engine, VectorSearch):
             cos = engine.vector_score(query.vector, rl.ids)
             if cos:
                 top = rl.scores[0] or 1.0
@@ -91,8 +91,8 @@ class TfidfChannel:
         cand = engine.bm25(list(weights.items()), None, c.candidates, query.filters).ids
         docs: dict[str, Document] = engine.get(cand)
         stats = engine.term_stats(list(weights))
-        n = stats["num_docs"]
-        idf = {t: math.log((n + 1) / (s["df"] + 1)) + 1 for t, s in stats["terms"].items()}
+        n = stats.num_docs
+        idf = {t: math.log((n + 1) / (s.df + 1)) + 1 for t, s in stats.terms.items()}
         bigrams = set(zip(q_terms, q_terms[1:], strict=False))
         scores: dict[str, float] = {}
         for id_, d in docs.items():

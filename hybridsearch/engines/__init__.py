@@ -1,43 +1,204 @@
-"""Engine protocol and capabilities; `open_engine` picks an engine plugin for a path or URL."""
+"""The engine contract: what the indexer and the query layer may call, with typed options and
+results and the meaning of every score; `open_engine` picks an engine plugin for a path or URL.
+
+Score meanings, the same on every engine whatever the engine scores internally:
+- `bm25`: raw BM25 in the engine's own scale (the embedded engine and OpenSearch 2.x both carry
+  Lucene's classic (k1+1) factor, but idf statistics of sparse fields differ between engines), so
+  only normalised BM25 is portable; never compare raw BM25 across engines or against a constant.
+- `knn`, `vector_score`: raw cosine in [-1, 1] of normalised vectors.
+- `hamming`, `hamming_score`: Hamming similarity 1 - d/4096 in [0, 1].
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hybridsearch.models import Document, Filters, RankedList
+from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.hdc import FIELDS as HDC_FIELDS
+from hybridsearch.hdc import NBYTES, HdcEncoder
+from hybridsearch.models import Bm25Mode, DocInfo, Document, Filters, RankedList
+
+Codes = Mapping[str, np.ndarray]  # HDC field -> 512 packed uint8 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Bm25Options:
+    """How `bm25` combines fields: `most_fields` sums the weighted per-field scores, `best_fields`
+    takes the best plus `tie_breaker` times the others. k1/b other than 1.2/0.75 rescore the
+    engine's top max(4k, 200) candidates exactly (hybridsearch.scoring). `role_boost` multiplies."""
+
+    mode: Bm25Mode = "most_fields"
+    tie_breaker: float = 0.2
+    role_boost: float = 1.0
+    k1: float = 1.2
+    b: float = 0.75
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("most_fields", "best_fields"):
+            raise QueryError(f"mode must be one of most_fields, best_fields; got {self.mode!r}")
+        for name in ("tie_breaker", "role_boost", "k1", "b"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise QueryError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.b > 1:
+            raise QueryError(f"b must be in [0, 1], got {self.b!r}")
+
+    @property
+    def rescored(self) -> bool:
+        return (self.k1, self.b) != (1.2, 0.75)
+
+
+@dataclass(frozen=True, slots=True)
+class TermStat:
+    df: int  # documents containing the term, in the scored field where it is most frequent
+    idf: float  # hybridsearch.scoring.bm25_idf over all documents
+
+
+@dataclass(frozen=True, slots=True)
+class TermStats:
+    num_docs: int
+    terms: dict[str, TermStat]
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbors:
+    """One chunk's citation neighbours: what it cites (as its document says) and what cites it."""
+
+    cites: tuple[str, ...] = ()
+    cited_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Counts every engine reports, plus engine-specific details."""
+
+    documents: int
+    vectors: int
+    codes: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"documents": self.documents, "vectors": self.vectors, "hdc_codes": self.codes, **self.details}
 
 
 @runtime_checkable
-class Engine(Protocol):
+class Reader(Protocol):
+    """What the query layer reads besides the search capabilities (an engine, or several merged)."""
+
+    def get(self, ids: Sequence[str]) -> dict[str, Document]: ...
+    def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]: ...
+
+
+@runtime_checkable
+class Engine(Reader, Protocol):
+    """Storage and retrieval of chunks. A write is acknowledged when it returns: searchable in every
+    channel and durable. Vectors are normalised float32 (n, 384); codes are per-field packed bits.
+    `capabilities` names the search protocols it provides: lexical, vector, binary, graph."""
+
     capabilities: frozenset[str]
 
-    def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> int: ...
-    def delete(self, ids: Sequence[str]) -> list[str]: ...
-    def get(self, ids: Sequence[str]) -> dict[str, Document]: ...
+    def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
+              codes: Sequence[Codes] | None = None) -> int:
+        """Upsert documents (with their vectors and HDC codes when given); returns how many. An
+        update without vectors keeps the old vector while the dense text is unchanged; an update
+        without codes drops the old codes."""
+        ...
+
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int: ...
+    def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int: ...
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        """Delete by id; returns the ids that existed."""
+        ...
+
     def count(self) -> int: ...
+    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]: ...
+    def missing_codes(self) -> list[tuple[str, Document]]: ...
+    def get_meta(self, key: str) -> Any:
+        """A JSON value stored with the index (None when absent)."""
+        ...
+
+    def set_meta(self, key: str, value: Any) -> None: ...
+    def stats(self) -> EngineStats: ...
     def close(self) -> None: ...
 
 
 @runtime_checkable
 class LexicalSearch(Protocol):
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
-             k: int = 10, filters: Filters | None = None, **options: Any) -> RankedList: ...
-    def term_stats(self, terms: Sequence[str]) -> dict[str, Any]: ...
+             k: int = 10, filters: Filters | None = None, options: Bm25Options | None = None) -> RankedList:
+        """Top-k by field-boosted BM25. `query` is text (analysed) or analysed (term, weight) pairs;
+        `fields` maps scored field to weight (default BM25_FIELD_WEIGHTS). Scores: raw BM25."""
+        ...
+
+    def term_stats(self, terms: Sequence[str]) -> TermStats:
+        """Full-corpus document frequencies and idf of analysed terms."""
+        ...
 
 
 @runtime_checkable
 class VectorSearch(Protocol):
-    def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList: ...
-    def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]: ...
+    def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
+        """Nearest chunks by cosine (HNSW or exact, engine's choice). Scores: raw cosine."""
+        ...
+
+    def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """Exact cosine of chosen chunks (a chunk without a vector has no entry)."""
+        ...
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
 
 
 @runtime_checkable
 class BinarySearch(Protocol):
-    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList: ...
-    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]: ...
+    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
+        """Candidates nearest to `code` in one HDC field. Scores: 1 - hamming/4096."""
+        ...
+
+    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
+        """Exact similarity to chosen chunks' codes of `field` (a chunk without one has no entry)."""
+        ...
+
+    def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
+        """The encoder whose options are stored with the index (documents and queries alike)."""
+        ...
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
+        """Citation neighbours of chosen chunks (absent chunks have no entry)."""
+        ...
+
+
+def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
+    """Vectors as float32 (n, dim), every value finite."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.shape != (n, dim):
+        raise ValidationError(f"expected shape ({n}, {dim}), got {arr.shape}", field="vectors")
+    bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+    if bad.size:
+        raise ValidationError(f"row {int(bad[0])} has a non-finite value", field="vectors")
+    return arr
+
+
+def check_codes(codes: Sequence[Codes], n: int) -> list[Codes]:
+    """n code sets, each mapping known HDC fields to 512 uint8 bytes."""
+    codes = list(codes)
+    if len(codes) != n:
+        raise ValidationError(f"expected {n} code sets, got {len(codes)}", field="codes")
+    for i, c in enumerate(codes):
+        for f, v in c.items():
+            if f not in HDC_FIELDS:
+                raise ValidationError(f"row {i}: unknown field {f!r}; valid: {', '.join(HDC_FIELDS)}",
+                                      field="codes")
+            if np.asarray(v).dtype != np.uint8 or np.asarray(v).shape != (NBYTES,):
+                raise ValidationError(f"row {i}, {f}: expected {NBYTES} uint8 bytes", field="codes")
+    return codes
 
 
 def open_engine(path_or_url: str, **options: Any) -> Engine:

@@ -119,7 +119,7 @@ def test_kill_mid_batch_loses_nothing_acknowledged(tmp_path) -> None:
         for b in batches:
             assert sum(1 for i in stored if i.startswith(f"b{b}-")) == BATCH
         assert set(acked) <= batches
-        stats = e.stats()
+        stats = e.stats().as_dict()
         assert stats["bm25_docs"] == stats["documents"] == stats["vectors"] == stats["dense_vectors"]
         assert stats["hdc_codes"] == stats["hdc_indexed"]["claim"] == stats["hdc_indexed"]["topic"] == len(stored)
         enc = e.hdc_encoder()

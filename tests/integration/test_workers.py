@@ -24,7 +24,7 @@ def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:30]
     engine = EmbeddedEngine(tmp_path / "idx")
     engine.write(docs)
-    assert engine.stats()["dense_vectors"] == 0
+    assert engine.stats().details["dense_vectors"] == 0
     worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
                                "--pool", "solo", "--concurrency", "1", "--loglevel", "WARNING",
                                "--without-gossip", "--without-mingle", "--without-heartbeat"],
@@ -42,7 +42,7 @@ def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder
         worker.terminate()
         worker.wait(timeout=30)
     # the owner sees the worker's journal entries without a restart
-    assert engine.stats()["dense_vectors"] == 30
+    assert engine.stats().details["dense_vectors"] == 30
     for d in docs[:5]:
         assert engine.knn(encoder.encode([d.dense_text])[0], 1).ids == [d.id]
     engine.close()

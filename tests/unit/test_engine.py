@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from hybridsearch.engines import Engine, LexicalSearch, VectorSearch
+from hybridsearch.engines import Bm25Options, Engine, LexicalSearch, VectorSearch
 from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.errors import QueryError, ValidationError
 from hybridsearch.models import DateRange, Document, Filters
@@ -69,10 +69,10 @@ def test_most_fields_sums_and_best_fields_takes_the_max(engine) -> None:
     t = engine.bm25("compact", {"title": 1.0}).scores[0]
     x = dict(engine.bm25("compact", {"text": 1.0}, 3).items())["a"]
     most = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3).items())["a"]
-    best0 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3, mode="best_fields",
-                             tie_breaker=0.0).items())["a"]
-    best5 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3, mode="best_fields",
-                             tie_breaker=0.5).items())["a"]
+    best0 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3,
+                             options=Bm25Options("best_fields", tie_breaker=0.0)).items())["a"]
+    best5 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3,
+                             options=Bm25Options("best_fields", tie_breaker=0.5)).items())["a"]
     assert most == pytest.approx(t + x, rel=1e-5)
     assert best0 == pytest.approx(max(t, x), rel=1e-5)
     assert best5 == pytest.approx(max(t, x) + 0.5 * min(t, x), rel=1e-5)
@@ -80,7 +80,7 @@ def test_most_fields_sums_and_best_fields_takes_the_max(engine) -> None:
 
 def test_role_boost_multiplies(engine) -> None:
     base = engine.bm25("compact").scores
-    boosted = engine.bm25("compact", role_boost=2.0).scores
+    boosted = engine.bm25("compact", options=Bm25Options(role_boost=2.0)).scores
     assert boosted == pytest.approx([2 * s for s in base])
 
 
@@ -139,9 +139,9 @@ def test_bad_vectors_and_options_are_rejected(engine) -> None:
     with pytest.raises(ValidationError, match=r"shape"):
         engine.write(DOCS, VECS[:2])
     with pytest.raises(QueryError, match="mode must be one of most_fields, best_fields"):
-        engine.bm25("x", mode="sum")  # type: ignore[arg-type]
+        engine.bm25("x", options=Bm25Options(mode="sum"))  # type: ignore[arg-type]
     with pytest.raises(QueryError, match="tie_breaker"):
-        engine.bm25("x", tie_breaker=float("nan"))
+        engine.bm25("x", options=Bm25Options(tie_breaker=float("nan")))
     # nothing of the rejected batch was stored
     assert engine.get(["a"])["a"].title == "Compact space"
 
@@ -152,7 +152,7 @@ def test_hnsw_above_the_exact_threshold(tmp_path) -> None:
     docs = [Document(id=f"d{i}", title=f"doc {i}", text="filler") for i in range(n)]
     with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
         e.write(docs, vecs)
-        assert e.stats()["dense_mode"] == "hnsw"
+        assert e.stats().details["dense_mode"] == "hnsw"
         hits = sum(e.knn(vecs[i], 1).ids == [f"d{i}"] for i in range(0, n, 10))
         assert hits >= 38
         e.delete(["d0"])
@@ -160,7 +160,7 @@ def test_hnsw_above_the_exact_threshold(tmp_path) -> None:
         assert "d0" not in e.knn(vecs[0], 5).ids
         assert e.knn(vecs[1], 5).ids.count("d1") <= 1 and e.knn(unit_vectors(1, 77)[0], 1).ids == ["d1"]
     with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
-        assert e.stats()["dense_mode"] == "hnsw" and e.knn(vecs[5], 1).ids == ["d5"]
+        assert e.stats().details["dense_mode"] == "hnsw" and e.knn(vecs[5], 1).ids == ["d5"]
 
 
 def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:

@@ -75,9 +75,9 @@ def test_codes_follow_updates_deletes_and_reopen(tmp_path) -> None:
         e.delete(["godel"])
         # an update written without codes drops the stale ones
         e.write([DOCS[2].model_copy(update={"text": "changed"})])
-        assert e.stats()["hdc_codes"] == 1
+        assert e.stats().codes == 1
     with EmbeddedEngine(path) as e:
-        assert e.stats()["hdc_indexed"] == {"topic": 1, "claim": 1, "role": 0, "acts": 0}
+        assert e.stats().details["hdc_indexed"] == {"topic": 1, "claim": 1, "role": 0, "acts": 0}
         assert [i for i, _ in e.missing_codes()] == ["no-title"]
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from hybridsearch.engines import Bm25Options
 from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.models import Document, RankedList
 from query_service.channels import Bm25Channel, Bm25Config, QueryContext
@@ -30,9 +31,9 @@ def engine(tmp_path):
 
 def test_idf_filter_drops_common_terms_and_keeps_unseen_ones(engine) -> None:
     stats = engine.term_stats(["common", "heine", "zzunseen"])
-    n = stats["num_docs"]
-    df = stats["terms"]["common"]["df"]
-    assert stats["terms"]["common"]["idf"] == pytest.approx(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+    n = stats.num_docs
+    df = stats.terms["common"].df
+    assert stats.terms["common"].idf == pytest.approx(math.log(1 + (n - df + 0.5) / (df + 0.5)))
     assert idf_filter(["common", "heine", "zzunseen"], stats, 0.6) == ["heine", "zzunseen"]
     filtered = Bm25Channel(Bm25Config(min_idf=0.6)).retrieve(QueryContext("common word heine"), engine, 50)
     plain = Bm25Channel().retrieve(QueryContext("common word heine"), engine, 50)
@@ -72,8 +73,8 @@ def test_tfidf_multisignal_formula(engine) -> None:
     rl = ch.retrieve(QueryContext("Heine Borel theorem"), engine, 5)
     assert rl.ids[0] == "hb"
     stats = engine.term_stats(["hein", "borel", "theorem"])
-    n = stats["num_docs"]
-    idf = {t: math.log((n + 1) / (s["df"] + 1)) + 1 for t, s in stats["terms"].items()}
+    n = stats.num_docs
+    idf = {t: math.log((n + 1) / (s.df + 1)) + 1 for t, s in stats.terms.items()}
     # hb: name tokens == query tokens (exact), tf in name 1/3 each, bigrams hein-borel and
     # borel-theorem in the name; description and tags have none of them; full coverage
     expected = sum(idf[t] * (5.0 * 1 + 3.0 * (1 / 3) + 2.0 * (1 if t != "theorem" else 0)) for t in idf)
@@ -86,9 +87,9 @@ def test_tfidf_multisignal_formula(engine) -> None:
 def test_bm25_with_other_k1_rescoring_matches_tantivy_and_the_formula(engine) -> None:
     # short fields: tantivy's length quantisation is exact there, so its scores are the formula's
     base = engine.bm25("heine theorem bounded", k=5)
-    same = engine.bm25("heine theorem bounded", k=5, k1=1.2 + 1e-12)
+    same = engine.bm25("heine theorem bounded", k=5, options=Bm25Options(k1=1.2 + 1e-12))
     assert same.ids == base.ids and same.scores == pytest.approx(base.scores, rel=1e-4)
-    k15 = dict(engine.bm25("heine theorem bounded", {"title": 1.0}, k=5, k1=1.5).items())
+    k15 = dict(engine.bm25("heine theorem bounded", {"title": 1.0}, k=5, options=Bm25Options(k1=1.5)).items())
     n, avg = engine.bm25_index.field_stats()
     toks = engine.analyzer.analyze("Heine Borel theorem")
     expected = 0.0
@@ -114,4 +115,4 @@ def test_rebuilds_a_bm25_index_written_with_another_schema(tmp_path) -> None:
     tantivy.Index(sb.build(), path=str(path / "bm25"))
     (path / "bm25" / "applied.json").write_text('{"seq": 999, "fields": ["title"]}')
     with EmbeddedEngine(path) as e:
-        assert e.bm25("heine").ids == ["hb"] and e.stats()["bm25_docs"] == len(DOCS)
+        assert e.bm25("heine").ids == ["hb"] and e.stats().details["bm25_docs"] == len(DOCS)

@@ -176,12 +176,12 @@ class Bm25Index:
                 out.append(Q.term_set_query(schema, field, [norm_key(v) if key else v for v in values]))
         return out
 
-    def doc_freq(self, term: str) -> tuple[int, int]:
-        """(documents, max document frequency of `term` over the scored fields)."""
+    def doc_freq(self, term: str) -> int:
+        """The max document frequency of `term` over the scored fields."""
         if self.index is None:
-            return 0, 0
+            return 0
         s = self.index.searcher()
-        return s.num_docs, max(s.doc_freq(f, term) for f in SCORED_FIELDS)
+        return max(s.doc_freq(f, term) for f in SCORED_FIELDS)
 
     def field_stats(self) -> tuple[int, dict[str, float]]:
         """(documents, average token count per scored field over all documents), as tantivy's BM25

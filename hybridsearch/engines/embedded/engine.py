@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fcntl
-import math
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -15,21 +15,24 @@ import numpy as np
 
 from hybridsearch.analysis import Analyzer, default_analyzer
 from hybridsearch.embeddings import DIM, MODEL_NAME
+from hybridsearch.engines import (
+    Bm25Options,
+    Codes,
+    EngineStats,
+    Neighbors,
+    TermStat,
+    TermStats,
+    check_codes,
+    check_vectors,
+)
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
 from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
-from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.errors import QueryError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
-from hybridsearch.models import (
-    BM25_FIELD_WEIGHTS,
-    Bm25Mode,
-    DocInfo,
-    Document,
-    Filters,
-    RankedList,
-    check_unique_ids,
-)
+from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
+from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25
 
 DEFAULT_EXACT_MAX = 200_000
 _CHECKPOINT_EVERY = 20_000  # journal entries between dense checkpoints
@@ -39,7 +42,7 @@ class EmbeddedEngine:
     """One index directory. The process holding `owner.lock` applies the journal to the derived
     indexes; other processes may append to the journal and read what the owner committed."""
 
-    capabilities = frozenset({"lexical", "vector", "binary"})
+    capabilities = frozenset({"lexical", "vector", "binary", "graph"})
 
     def __init__(self, path: str | os.PathLike[str], *, exact_max: int = DEFAULT_EXACT_MAX,
                  analyzer: Analyzer | None = None, model: str = MODEL_NAME, dim: int = DIM) -> None:
@@ -138,61 +141,39 @@ class EmbeddedEngine:
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
-              codes: Sequence[Mapping[str, np.ndarray]] | None = None) -> int:
-        """Store documents (optionally with vectors and HDC codes) atomically; returns the journal
-        seq. When this returns, the documents are acknowledged: no crash can lose them."""
+              codes: Sequence[Codes] | None = None) -> int:
+        """Store documents (optionally with vectors and HDC codes) atomically in one journal
+        transaction; returns how many. When this returns, no crash can lose them."""
         docs = list(docs)
         check_unique_ids(docs)
         if vectors is not None:
-            vectors = self._check_vectors(vectors, len(docs))
+            vectors = check_vectors(vectors, len(docs), self.dim)
         if codes is not None:
-            codes = self._check_codes(codes, len(docs))
+            codes = check_codes(codes, len(docs))
         with self._lock:
-            seq = self.store.write(docs, vectors, self.model, codes)
+            self.store.write(docs, vectors, self.model, codes)
             self._catch_up()
-            return seq
+            return len(docs)
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int:
-        vectors = self._check_vectors(vectors, len(ids))
+        vectors = check_vectors(vectors, len(ids), self.dim)
         with self._lock:
-            seq = self.store.set_vectors(list(ids), vectors, self.model)
+            n = self.store.set_vectors(list(ids), vectors, self.model)
             self._catch_up()
-            return seq
+            return n
 
-    def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]]) -> int:
-        codes = self._check_codes(codes, len(ids))
+    def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int:
+        codes = check_codes(codes, len(ids))
         with self._lock:
-            seq = self.store.set_codes(list(ids), codes)
+            n = self.store.set_codes(list(ids), codes)
             self._catch_up()
-            return seq
+            return n
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         with self._lock:
             deleted = self.store.delete(list(ids))
             self._catch_up()
             return deleted
-
-    def _check_vectors(self, vectors: np.ndarray, n: int) -> np.ndarray:
-        arr = np.asarray(vectors, dtype=np.float32)
-        if arr.shape != (n, self.dim):
-            raise ValidationError(f"expected shape ({n}, {self.dim}), got {arr.shape}", field="vectors")
-        bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
-        if bad.size:
-            raise ValidationError(f"row {int(bad[0])} has a non-finite value", field="vectors")
-        return arr
-
-    def _check_codes(self, codes: Sequence[Mapping[str, np.ndarray]], n: int) -> list[Mapping[str, np.ndarray]]:
-        codes = list(codes)
-        if len(codes) != n:
-            raise ValidationError(f"expected {n} code sets, got {len(codes)}", field="codes")
-        for i, c in enumerate(codes):
-            for f, v in c.items():
-                if f not in HDC_FIELDS:
-                    raise ValidationError(f"row {i}: unknown field {f!r}; valid: {', '.join(HDC_FIELDS)}",
-                                          field="codes")
-                if np.asarray(v).dtype != np.uint8 or np.asarray(v).shape != (HDC_DIM // 8,):
-                    raise ValidationError(f"row {i}, {f}: expected {HDC_DIM // 8} uint8 bytes", field="codes")
-        return codes
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> dict[str, Document]:
@@ -205,75 +186,41 @@ class EmbeddedEngine:
         return self.store.missing_vectors(limit)
 
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
-             k: int = 10, filters: Filters | None = None, *, mode: Bm25Mode = "most_fields",
-             tie_breaker: float = 0.2, role_boost: float = 1.0, k1: float = 1.2, b: float = 0.75) -> RankedList:
-        """Field-boosted BM25. `most_fields` sums fields; `best_fields` is dis_max. tantivy scores
-        with k1=1.2, b=0.75; other values rescore tantivy's top max(4k, 200) candidates exactly
-        (see `_rescore`)."""
-        if mode not in ("most_fields", "best_fields"):
-            raise QueryError(f"mode must be one of most_fields, best_fields; got {mode!r}")
-        for name, v in (("tie_breaker", tie_breaker), ("role_boost", role_boost), ("k1", k1), ("b", b)):
-            if not math.isfinite(v) or v < 0:
-                raise QueryError(f"{name} must be a finite number >= 0, got {v!r}")
-        if b > 1:
-            raise QueryError(f"b must be in [0, 1], got {b!r}")
+             k: int = 10, filters: Filters | None = None, options: Bm25Options | None = None) -> RankedList:
+        """Field-boosted BM25 by tantivy (k1=1.2, b=0.75); other k1/b rescore tantivy's top
+        max(4k, 200) candidates with hybridsearch.scoring.rescore_bm25."""
+        opt = options or Bm25Options()
         terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str)
                  else list(query))
         self.refresh()
         fields = fields or BM25_FIELD_WEIGHTS
-        labels, scores = self.bm25_index.search(terms, fields, k if (k1, b) == (1.2, 0.75) else max(4 * k, 200),
-                                                filters, mode, tie_breaker)
-        if (k1, b) != (1.2, 0.75) and labels:
-            labels, scores = self._rescore(terms, fields, labels, k, mode, tie_breaker, k1, b)
-        if role_boost != 1.0:
-            scores = [s * role_boost for s in scores]
-        return self._ranked("bm25", labels, scores)
+        labels, scores = self.bm25_index.search(terms, fields, max(4 * k, 200) if opt.rescored else k,
+                                                filters, opt.mode, opt.tie_breaker)
+        rl = self._ranked("bm25", labels, scores)
+        if opt.rescored and rl.ids:
+            rl = RankedList.of("bm25", *_unzip(self._rescore(terms, fields, rl.ids, k, opt)))
+        if opt.role_boost != 1.0:
+            rl = RankedList.of("bm25", rl.ids, [s * opt.role_boost for s in rl.scores])
+        return rl
 
-    def _rescore(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], labels: list[int],
-                 k: int, mode: Bm25Mode, tie_breaker: float, k1: float, b: float) -> tuple[list[int], list[float]]:
-        """BM25 with other k1/b over candidates, in tantivy's scale: per field,
-        sum_t w_t idf(t) tf (k1+1) / (tf + k1 (1 - b + b dl/avgdl)), idf = ln(1 + (N - df + 0.5)/(df + 0.5))
-        over all documents as tantivy counts them; lengths are exact token counts (tantivy
-        quantises them, so at k1=1.2, b=0.75 long fields differ slightly from its scores)."""
+    def _rescore(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], ids: list[str],
+                 k: int, opt: Bm25Options) -> list[tuple[str, float]]:
+        """Exact BM25 with other k1/b over candidates, with tantivy's statistics: all documents
+        count, and lengths are exact token counts (tantivy quantises them)."""
         n, avg = self.bm25_index.field_stats()
-        weights: dict[str, float] = {}
-        for t, w in terms:
-            weights[t] = weights.get(t, 0.0) + w
-        active = {f: fw for f, fw in fields.items() if fw > 0 and f in avg and avg[f] > 0}
-        idf = {(f, t): math.log(1 + (n - (df := self.bm25_index.field_doc_freq(f, t)) + 0.5) / (df + 0.5))
-               for f in active for t in weights}
-        docs = self.store.docs_by_label(labels)
-        out: dict[int, float] = {}
-        for label, d in docs.items():
-            per_field = []
-            for f, fw in active.items():
-                an = self.analyzer
-                toks = an.analyze_many(d.subjects) if f == "subjects" else an.analyze(getattr(d, f))
-                if not toks:
-                    continue
-                counts: dict[str, int] = {}
-                for tok in toks:
-                    if tok in weights:
-                        counts[tok] = counts.get(tok, 0) + 1
-                norm = k1 * (1 - b + b * len(toks) / avg[f])
-                per_field.append(fw * sum(weights[t] * idf[(f, t)] * tf * (k1 + 1) / (tf + norm)
-                                          for t, tf in counts.items()))
-            if per_field:
-                best = max(per_field)
-                out[label] = (best + tie_breaker * (sum(per_field) - best) if mode == "best_fields"
-                              else sum(per_field))
-        order = sorted((lb for lb in out if out[lb] > 0), key=lambda lb: (-out[lb], lb))[:k]
-        return order, [out[lb] for lb in order]
+        tokens = {id_: document_tokens(self.analyzer, d, list(fields)) for id_, d in self.store.docs_by_id(ids).items()}
+        return rescore_bm25(terms, fields, tokens, n, avg, self.bm25_index.field_doc_freq, k,
+                            opt.mode, opt.tie_breaker, opt.k1, opt.b)
 
-    def term_stats(self, terms: Sequence[str]) -> dict[str, Any]:
+    def term_stats(self, terms: Sequence[str]) -> TermStats:
         """Full-corpus document frequencies and Lucene idf for analyzed terms."""
         self.refresh()
-        out: dict[str, Any] = {}
-        n = 0
+        n = self.bm25_index.num_docs()
+        out = {}
         for t in terms:
-            n, df = self.bm25_index.doc_freq(t)
-            out[t] = {"df": df, "idf": math.log(1 + (n - df + 0.5) / (df + 0.5)) if n else 0.0}
-        return {"num_docs": n, "terms": out}
+            df = self.bm25_index.doc_freq(t)
+            out[t] = TermStat(df, bm25_idf(n, df))
+        return TermStats(n, out)
 
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
         self.refresh()
@@ -333,6 +280,20 @@ class EmbeddedEngine:
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
 
+    def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
+        """What each chunk cites (its document's `cites`) and which chunks cite it."""
+        self.refresh()
+        docs = self.store.docs_by_id(list(ids))
+        citing = self.store.citing(list(docs))
+        return {i: Neighbors(tuple(d.cites), tuple(citing.get(i, ()))) for i, d in docs.items()}
+
+    def get_meta(self, key: str) -> Any:
+        raw = self.store.get_meta(key)
+        return None if raw is None else json.loads(raw)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.store.set_meta(key, value)
+
     def _ranked(self, channel: str, labels: list[int], scores: list[float]) -> RankedList:
         ids, out = [], []
         for lb, s in zip(labels, scores, strict=True):
@@ -342,25 +303,23 @@ class EmbeddedEngine:
                 out.append(s)
         return RankedList.of(channel, ids, out)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EngineStats:
         self.refresh()
-        return {
+        return EngineStats(self.count(), self.store.count_vectors(), self.store.count_codes(), {
+            "engine": "embedded",
             "path": str(self.path),
             "owner": self.owner,
-            "documents": self.count(),
             "works": int(self.store.conn.execute("SELECT count(DISTINCT work_id) FROM chunks").fetchone()[0]),
-            "vectors": self.store.count_vectors(),
             "journal_seq": self._seen_seq,
             "bm25_applied_seq": self.bm25_index.applied_seq,
             "bm25_docs": self.bm25_index.num_docs(),
             "dense_applied_seq": self.dense_index.applied_seq,
             "dense_vectors": len(self.dense_index),
             "dense_mode": "hnsw" if self.dense_index.hnsw else "exact",
-            "hdc_codes": self.store.count_codes(),
             "hdc_indexed": {f: len(self._hdc_index(f)) for f in HDC_FIELDS},
             "bm25_fields": sorted(self.bm25_index.fields_present),
             "model": self.model,
-        }
+        })
 
     def close(self) -> None:
         with self._lock:
@@ -375,3 +334,7 @@ class EmbeddedEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+
+def _unzip(pairs: Sequence[tuple[str, float]]) -> tuple[list[str], list[float]]:
+    return [p[0] for p in pairs], [p[1] for p in pairs]

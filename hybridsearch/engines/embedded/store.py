@@ -33,6 +33,9 @@ CREATE INDEX IF NOT EXISTS chunks_work ON chunks(work_id);
 CREATE TABLE IF NOT EXISTS chunk_subjects(label INTEGER NOT NULL, subject TEXT NOT NULL,
     PRIMARY KEY(label, subject));
 CREATE INDEX IF NOT EXISTS chunk_subjects_subject ON chunk_subjects(subject);
+CREATE TABLE IF NOT EXISTS chunk_cites(label INTEGER NOT NULL, target TEXT NOT NULL,
+    PRIMARY KEY(label, target));
+CREATE INDEX IF NOT EXISTS chunk_cites_target ON chunk_cites(target);
 CREATE TABLE IF NOT EXISTS vectors(label INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS hdc(label INTEGER PRIMARY KEY, topic BLOB, claim BLOB, role BLOB, acts BLOB);
 CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
@@ -65,6 +68,17 @@ class Store:
         except sqlite3.Error as e:
             raise EngineError(f"cannot open store {path}: {e}") from e
         self._lock = threading.RLock()
+        if self.get_meta("cites_table") is None:
+            self._backfill_cites()
+
+    def _backfill_cites(self) -> None:
+        """Fill the citation table of a store written before it existed (once)."""
+        with self._transaction() as c:
+            rows = c.execute("SELECT label, doc FROM chunks").fetchall()
+            for label, doc in rows:
+                cites = json.loads(doc).get("cites") or []
+                c.executemany("INSERT OR IGNORE INTO chunk_cites VALUES (?,?)", [(label, t) for t in cites])
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('cites_table', '1')")
 
     def close(self) -> None:
         self.conn.close()
@@ -104,10 +118,12 @@ class Store:
                     c.execute("UPDATE chunks SET work_id=?, chunk_no=?, doc=?, dense_hash=?, ym=?,"
                               " kind=?, license=?, source=? WHERE label=?", (*values, label))
                     c.execute("DELETE FROM chunk_subjects WHERE label=?", (label,))
+                    c.execute("DELETE FROM chunk_cites WHERE label=?", (label,))
                     if vectors is None and row[1] != dense_hash:
                         c.execute("DELETE FROM vectors WHERE label=?", (label,))
                 c.executemany("INSERT OR IGNORE INTO chunk_subjects VALUES (?,?)",
                               [(label, norm_key(s)) for s in d.subjects])
+                c.executemany("INSERT OR IGNORE INTO chunk_cites VALUES (?,?)", [(label, t) for t in d.cites])
                 if vectors is not None:
                     c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
                               (label, model, vectors[i].astype(np.float32).tobytes()))
@@ -125,7 +141,7 @@ class Store:
                 row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
                 if row is None:
                     continue
-                for table in ("chunks", "chunk_subjects", "vectors", "hdc"):
+                for table in ("chunks", "chunk_subjects", "chunk_cites", "vectors", "hdc"):
                     c.execute(f"DELETE FROM {table} WHERE label=?", (row[0],))
                 c.execute("INSERT INTO journal(op, id, label) VALUES ('delete',?,?)", (id_, row[0]))
                 deleted.append(id_)
@@ -133,14 +149,16 @@ class Store:
 
     def _set_derived(self, ids: Sequence[str], rows: Iterable[Sequence[object]], insert: str, op: str) -> int:
         """Attach data computed after ingest to existing chunks, journaled as `op`; unknown ids are
-        skipped. `insert` takes the label followed by `rows`' values."""
+        skipped. `insert` takes the label followed by `rows`' values. Returns how many were set."""
+        n = 0
         with self._transaction() as c:
             for id_, values in zip(ids, rows, strict=True):
                 row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
                 if row is not None:
                     c.execute(insert, (row[0], *values))
                     c.execute("INSERT INTO journal(op, id, label) VALUES (?,?,?)", (op, id_, row[0]))
-        return self.max_seq()
+                    n += 1
+        return n
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str) -> int:
         """Store vectors computed after ingest (workers); journal op 'vector'."""
@@ -187,6 +205,15 @@ class Store:
             raise ValueError(f"unknown HDC field {field!r}")
         sql = f"SELECT label, {field} FROM hdc WHERE label IN ({{marks}}) AND {field} IS NOT NULL"
         return {label: np.frombuffer(blob, dtype=np.uint8) for label, blob in self._rows_in(sql, labels)}
+
+    def citing(self, ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each id, the ids of the chunks whose `cites` name it, sorted."""
+        out: dict[str, list[str]] = {}
+        sql = ("SELECT cc.target, c.id FROM chunk_cites cc JOIN chunks c ON c.label = cc.label"
+               " WHERE cc.target IN ({marks}) ORDER BY c.id")
+        for target, src in self._rows_in(sql, ids):
+            out.setdefault(target, []).append(src)
+        return out
 
     def missing_codes(self) -> list[tuple[str, Document]]:
         q = ("SELECT c.id, c.doc FROM chunks c LEFT JOIN hdc h ON h.label = c.label"

@@ -1,0 +1,493 @@
+"""OpenSearchEngine: the engine contract on an OpenSearch cluster (2.19+, k-NN plugin).
+
+A logical index `<name>` is a versioned index `<name>-v<N>` behind a read alias `<name>` and a
+write alias `<name>-write`. Documents are written with our own analysis (pre-analysed tokens),
+so BM25 sees exactly the tokens and field lengths the embedded engine sees. Scores leave with the
+contract's meanings: raw BM25, raw cosine, Hamming similarity.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import opensearchpy
+from opensearchpy import helpers
+
+from hybridsearch.analysis import Analyzer, default_analyzer
+from hybridsearch.config import Settings, get_settings
+from hybridsearch.embeddings import DIM
+from hybridsearch.engines import (
+    Bm25Options,
+    Codes,
+    EngineStats,
+    Neighbors,
+    TermStat,
+    TermStats,
+    check_codes,
+    check_vectors,
+)
+from hybridsearch.engines.embedded.store import DEFAULT_HDC_NGRAMS, HDC_FIELDS, hash_text
+from hybridsearch.engines.opensearch import queries as Q
+from hybridsearch.errors import (
+    BulkWriteError,
+    ConfigError,
+    EngineError,
+    EngineUnavailableError,
+    IndexNotFoundError,
+    QueryError,
+)
+from hybridsearch.hdc import HdcEncoder
+from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
+from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, rescore_bm25
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
+_PAGE = 1000
+
+
+def display_url(url: str) -> str:
+    """The URL without credentials, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class OpenSearchEngine:
+    """The `opensearch` engine plugin. The constructor makes no network call; the index and its
+    templates are created on the first write."""
+
+    capabilities = frozenset({"lexical", "vector", "binary", "graph"})
+
+    def __init__(self, url: str | None = None, *, index: str | None = None, settings: Settings | None = None,
+                 analyzer: Analyzer | None = None) -> None:
+        s = settings or get_settings()
+        url = url or s.opensearch_url
+        if not url:
+            raise ConfigError("no OpenSearch URL: pass one or set HYBRIDSEARCH_OPENSEARCH_URL")
+        self.url = display_url(url)
+        self.index = index or s.opensearch_index
+        if not _NAME.match(self.index) or re.search(r"-v\d+$", self.index) or self.index.endswith("-write"):
+            raise ConfigError(f"index: {self.index!r} is not a valid logical index name (lower-case letters, "
+                              "digits, '-', '_', '.'; not ending in -v<N> or -write)")
+        self.write_alias = f"{self.index}-write"
+        self.knn_engine: Q.KnnEngine = s.opensearch_knn_engine
+        self.space_type = Q.SPACE_TYPE[self.knn_engine]
+        self.settings = s
+        self.analyzer = analyzer or default_analyzer()
+        self.dim = DIM
+        parts = urlsplit(url)
+        auth = None
+        if s.opensearch_username is not None:
+            auth = (s.opensearch_username, s.opensearch_password.get_secret_value() if s.opensearch_password else "")
+        elif parts.username:
+            auth = (parts.username, parts.password or "")
+        self.client = opensearchpy.OpenSearch(
+            hosts=[display_url(url)], http_auth=auth, use_ssl=parts.scheme == "https",
+            verify_certs=s.opensearch_verify_certs, ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
+            ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=2, retry_on_timeout=False,
+            http_compress=False)
+        self._ready = False
+        self._lock = threading.Lock()
+        self._hdc_encoder: HdcEncoder | None = None
+
+    # -- errors and setup -----------------------------------------------------------------------
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Translate opensearch-py's exceptions into ours at the engine boundary."""
+        exc = opensearchpy.exceptions
+        try:
+            yield
+        except exc.ConnectionError as e:
+            raise EngineUnavailableError(f"cannot reach OpenSearch at {self.url} ({what}): {_reason(e)}") from e
+        except exc.NotFoundError as e:
+            if getattr(e, "error", "") == "index_not_found_exception":
+                raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first") from e
+            raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+        except (exc.AuthenticationException, exc.AuthorizationException) as e:
+            raise EngineUnavailableError(f"OpenSearch at {self.url} refused the credentials ({what}): "
+                                         f"{_reason(e)}") from e
+        except exc.TransportError as e:
+            if e.status_code in (502, 503, 504):
+                raise EngineUnavailableError(f"OpenSearch at {self.url} is unavailable ({what}): {_reason(e)}") from e
+            raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+
+    def ensure_index(self) -> None:
+        """Create the templates, the first version `<index>-v1` and both aliases, unless the read
+        alias exists already."""
+        if self._ready:
+            return
+        with self._lock, self._errors("create index"):
+            if self.client.indices.exists_alias(name=self.index):
+                self._ready = True
+                return
+            if self.client.indices.exists(index=self.index):
+                raise ConfigError(f"index: {self.index!r} at {self.url} is a concrete index, not a hybridsearch "
+                                  "alias; choose another --index")
+            self.client.cluster.put_component_template(name=f"hybridsearch-chunks-{self.knn_engine}",
+                                                       body=Q.chunks_template(self.knn_engine))
+            self.client.indices.put_index_template(name=f"hybridsearch-{self.index}",
+                                                   body=Q.index_template(self.index, self.knn_engine))
+            first = f"{self.index}-v1"
+            if not self.client.indices.exists(index=first):
+                meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS}}}
+                self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
+                                           params={"wait_for_active_shards": "1"})
+            self.client.indices.update_aliases(body={"actions": [
+                {"add": {"index": first, "alias": self.index}},
+                {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
+            self.client.cluster.health(index=first, wait_for_status="yellow")
+            self._ready = True
+
+    def _search(self, body: dict[str, Any], what: str, **params: Any) -> dict[str, Any]:
+        with self._errors(what):
+            result: dict[str, Any] = self.client.search(index=self.index, body=body, **params)
+        return result
+
+    def _concrete_index(self) -> str:
+        with self._errors("read alias"):
+            names = sorted(self.client.indices.get_alias(name=self.index))
+        return names[0]
+
+    # -- writes ---------------------------------------------------------------------------------
+    def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
+              codes: Sequence[Codes] | None = None) -> int:
+        """Bulk-index documents; returns how many. Returns when a search can see them (refresh).
+        An update without vectors keeps the stored vector while the dense text is unchanged."""
+        docs = list(docs)
+        if not docs:
+            return 0
+        check_unique_ids(docs)
+        vecs = check_vectors(vectors, len(docs), self.dim) if vectors is not None else None
+        code_sets = check_codes(codes, len(docs)) if codes is not None else None
+        self.ensure_index()
+        hashes = [str(hash_text(d.dense_text)) for d in docs]
+        kept: dict[str, list[float]] = {}
+        if vecs is None:
+            old = self._sources([d.id for d in docs], ["dense_hash", "dense"])
+            kept = {d.id: old[d.id]["dense"] for d, h in zip(docs, hashes, strict=True)
+                    if d.id in old and old[d.id].get("dense_hash") == h and old[d.id].get("dense") is not None}
+        actions = []
+        for i, (d, h) in enumerate(zip(docs, hashes, strict=True)):
+            src = Q.to_source(d, document_tokens(self.analyzer, d), h, None if vecs is None else vecs[i],
+                              None if code_sets is None else code_sets[i])
+            if d.id in kept:
+                src["dense"] = kept[d.id]
+            actions.append({"_op_type": "index", "_index": self.write_alias, "_id": d.id, "_source": src})
+        self._bulk(actions)
+        return len(docs)
+
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int:
+        vecs = check_vectors(vectors, len(ids), self.dim)
+        return self._update(ids, [{"dense": v.tolist()} for v in vecs])
+
+    def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int:
+        code_sets = check_codes(codes, len(ids))
+        return self._update(ids, [{"hdc_encoded": True, **{f"hdc_{f}": Q.packed_to_int8(c[f]) if f in c else None
+                                                           for f in HDC_FIELDS}} for c in code_sets])
+
+    def _update(self, ids: Sequence[str], partials: Sequence[dict[str, Any]]) -> int:
+        """Partial updates of existing chunks (unknown ids are skipped); returns how many."""
+        if not ids:
+            return 0
+        self.ensure_index()
+        present = set(self._sources(list(ids), ["id"]))
+        actions = [{"_op_type": "update", "_index": self.write_alias, "_id": i, "doc": p}
+                   for i, p in zip(ids, partials, strict=True) if i in present]
+        self._bulk(actions)
+        return len(actions)
+
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        """Delete by id; returns the ids that existed."""
+        if not ids:
+            return []
+        self.ensure_index()
+        done = self._bulk([{"_op_type": "delete", "_index": self.write_alias, "_id": i} for i in ids],
+                          missing_ok=True)
+        return [i for i in dict.fromkeys(ids) if i in done]
+
+    def _bulk(self, actions: list[dict[str, Any]], *, missing_ok: bool = False) -> set[str]:
+        """streaming_bulk in chunks by count and bytes; items rejected with 429 are retried with
+        exponential backoff; other per-item failures raise BulkWriteError naming ids and reasons
+        (after the rest was written). Refreshes, so the writes are searchable on return. Returns
+        the ids that succeeded."""
+        if not actions:
+            return set()
+        s = self.settings
+        ok_ids: set[str] = set()
+        failures: dict[str, str] = {}
+        with self._errors("bulk write"):
+            for ok, item in helpers.streaming_bulk(
+                    self.client, actions, chunk_size=s.opensearch_bulk_docs, max_chunk_bytes=s.opensearch_bulk_bytes,
+                    raise_on_error=False, raise_on_exception=True, max_retries=s.opensearch_bulk_retries,
+                    initial_backoff=1, max_backoff=30, request_timeout=max(60.0, s.opensearch_timeout)):
+                (op, info), = item.items()
+                id_ = str(info.get("_id"))
+                if ok:
+                    ok_ids.add(id_)
+                elif not (missing_ok and op == "delete" and info.get("status") == 404):
+                    err = info.get("error")
+                    reason = (f"{err.get('type')}: {err.get('reason')}" + (
+                        f" ({err['caused_by'].get('reason')})" if isinstance(err.get("caused_by"), dict) else "")
+                        if isinstance(err, dict) else str(err or info.get("exception") or info.get("status")))
+                    failures[id_] = reason
+            self.client.indices.refresh(index=self.write_alias)
+        if failures:
+            shown = "; ".join(f"{i}: {r}" for i, r in list(failures.items())[:5])
+            more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+            raise BulkWriteError(f"{len(failures)} of {len(actions)} items failed: {shown}{more}", failures)
+        return ok_ids
+
+    # -- reads ----------------------------------------------------------------------------------
+    def _sources(self, ids: Sequence[str], includes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """`_source` of existing chunks by id (mget through the read alias, which has one index)."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(dict.fromkeys(ids))
+        for i in range(0, len(ids), _PAGE):
+            params: dict[str, Any] = ({"_source_includes": ",".join(includes)} if includes is not None
+                                      else {"_source_excludes": ",".join(Q.EXCLUDE_SOURCE)})
+            with self._errors("get"):
+                got = self.client.mget(index=self.index, body={"ids": ids[i:i + _PAGE]}, params=params)
+            out.update({d["_id"]: d.get("_source", {}) for d in got["docs"] if d.get("found")})
+        return out
+
+    def get(self, ids: Sequence[str]) -> dict[str, Document]:
+        return {i: Q.from_source(src) for i, src in self._sources(ids).items()}
+
+    def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
+        return {i: DocInfo.of(d) for i, d in self.get(ids).items()}
+
+    def count(self) -> int:
+        return self._count({"match_all": {}})
+
+    def _count(self, query: dict[str, Any]) -> int:
+        with self._errors("count"):
+            return int(self.client.count(index=self.index, body={"query": query})["count"])
+
+    def _scan(self, query: dict[str, Any], includes: Sequence[str] | None, limit: int | None = None
+              ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every matching chunk's (id, source), in id order (search_after on the id field)."""
+        after: list[Any] | None = None
+        seen = 0
+        while limit is None or seen < limit:
+            size = _PAGE if limit is None else min(_PAGE, limit - seen)
+            body: dict[str, Any] = {"size": size, "query": query, "sort": [{"id": "asc"}], "track_total_hits": False,
+                                    "_source": list(includes) if includes is not None else {"excludes": Q.EXCLUDE_SOURCE}}
+            if after is not None:
+                body["search_after"] = after
+            hits = self._search(body, "scan")["hits"]["hits"]
+            for h in hits:
+                yield h["_id"], h.get("_source", {})
+            seen += len(hits)
+            if len(hits) < size:
+                return
+            after = hits[-1]["sort"]
+
+    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]:
+        q = {"bool": {"must_not": [{"exists": {"field": "dense"}}]}}
+        return [(i, Q.from_source(src)) for i, src in self._scan(q, None, limit)]
+
+    def missing_codes(self) -> list[tuple[str, Document]]:
+        q = {"bool": {"must_not": [{"term": {"hdc_encoded": True}}]}}
+        return [(i, Q.from_source(src)) for i, src in self._scan(q, None)]
+
+    # -- index metadata ---------------------------------------------------------------------------
+    def _index_meta(self) -> dict[str, Any]:
+        with self._errors("read metadata"):
+            got = self.client.indices.get_mapping(index=self.index)
+        (mapping,) = got.values()
+        meta: dict[str, Any] = mapping["mappings"].get("_meta", {}).get("hybridsearch", {})
+        return meta
+
+    def get_meta(self, key: str) -> Any:
+        with self._errors("read metadata"):
+            if not self.client.indices.exists_alias(name=self.index):
+                return None
+        return self._index_meta().get("meta", {}).get(key)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.ensure_index()
+        meta = self._index_meta()
+        meta.setdefault("meta", {})[key] = value
+        with self._errors("write metadata"):
+            self.client.indices.put_mapping(index=self.write_alias, body={"_meta": {"hybridsearch": meta}})
+
+    def stats(self) -> EngineStats:
+        index = self._concrete_index()
+        with self._errors("stats"):
+            st = self.client.indices.stats(index=index, metric="docs,store")["indices"][index]["primaries"]
+        return EngineStats(self.count(), self._count({"exists": {"field": "dense"}}),
+                           self._count({"term": {"hdc_encoded": True}}), {
+                               "engine": "opensearch", "url": self.url, "index": self.index, "concrete_index": index,
+                               "write_alias": self.write_alias, "knn_engine": self.knn_engine,
+                               "space_type": self.space_type, "store_bytes": st["store"]["size_in_bytes"],
+                               "lucene_docs": st["docs"]["count"]})
+
+    # -- lexical --------------------------------------------------------------------------------
+    def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
+             k: int = 10, filters: Filters | None = None, options: Bm25Options | None = None) -> RankedList:
+        """Field-boosted BM25 (k1=1.2, b=0.75 in the index); other k1/b rescore the top max(4k, 200)
+        candidates with hybridsearch.scoring.rescore_bm25, as the embedded engine does."""
+        opt = options or Bm25Options()
+        terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str) else list(query))
+        fields = fields or BM25_FIELD_WEIGHTS
+        weights = merge_term_weights(terms)
+        if not weights or k <= 0:
+            return RankedList.of("bm25", [], [])
+        depth = max(4 * k, 200) if opt.rescored else k
+        hits = self._search(Q.bm25_query(weights, fields, depth, filters, opt.mode, opt.tie_breaker),
+                            "bm25")["hits"]["hits"]
+        ids, scores = [h["_id"] for h in hits], [float(h["_score"]) for h in hits]
+        if opt.rescored and ids:
+            ids, scores = _unzip(self._rescore(terms, fields, ids, k, opt))
+        if opt.role_boost != 1.0:
+            scores = [s * opt.role_boost for s in scores]
+        return RankedList.of("bm25", ids, scores)
+
+    def _rescore(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], ids: list[str], k: int,
+                 opt: Bm25Options) -> list[tuple[str, float]]:
+        active = [f for f, w in fields.items() if w > 0]
+        src = self._sources(ids, [f"bm25.{f}" for f in active])
+        tokens = {i: {f: s.get("bm25", {}).get(f, "").split() for f in active} for i, s in src.items()}
+        sums = self._search(Q.length_sum_query(active), "field lengths")
+        n = int(sums["hits"]["total"]["value"])
+        avg = {f: (sums["aggregations"][f]["value"] or 0.0) / n for f in active} if n else {}
+        df = self._doc_freqs(list(merge_term_weights(terms)), active)[1]
+        return rescore_bm25(terms, fields, tokens, n, avg, lambda f, t: df.get((f, t), 0), k,
+                            opt.mode, opt.tie_breaker, opt.k1, opt.b)
+
+    def _doc_freqs(self, terms: Sequence[str], fields: Sequence[str]) -> tuple[int, dict[tuple[str, str], int]]:
+        got = self._search(Q.doc_freq_query(terms, fields), "term statistics")
+        buckets = got.get("aggregations", {}).get("df", {}).get("buckets", {})
+        out = {}
+        for key, b in buckets.items():
+            f, _, t = key.partition("\t")
+            out[(f, t)] = int(b["doc_count"])
+        return int(got["hits"]["total"]["value"]), out
+
+    def term_stats(self, terms: Sequence[str]) -> TermStats:
+        """Document frequency of each analysed term (in the scored field where it is most
+        frequent) and its idf over all documents."""
+        terms = list(dict.fromkeys(terms))
+        n, df = self._doc_freqs(terms, list(BM25_FIELD_WEIGHTS))
+        out = {}
+        for t in terms:
+            d = max((df.get((f, t), 0) for f in BM25_FIELD_WEIGHTS), default=0)
+            out[t] = TermStat(d, bm25_idf(n, d))
+        return TermStats(n, out)
+
+    # -- dense ----------------------------------------------------------------------------------
+    def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
+        if k <= 0:
+            return RankedList.of("dense", [], [])
+        v = self._query_vector(vec)
+        hits = self._search(Q.knn_query("dense", v, k, filters), "knn")["hits"]["hits"]
+        return RankedList.of("dense", [h["_id"] for h in hits],
+                             [Q.cosine_from_score(float(h["_score"]), self.space_type) for h in hits])
+
+    def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """Exact cosine by the k-NN scoring script (cosinesimil scores (1 + cos) / 2)."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        v = self._query_vector(vec)
+        out: dict[str, float] = {}
+        for i in range(0, len(ids), _PAGE):
+            hits = self._search(Q.exact_score_query("dense", "cosinesimil", v, ids[i:i + _PAGE]),
+                                "vector score")["hits"]["hits"]
+            out.update({h["_id"]: Q.cosine_from_score(float(h["_score"]), "cosinesimil") for h in hits})
+        return out
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return {i: np.asarray(s["dense"], dtype=np.float32) for i, s in self._sources(ids, ["dense"]).items()
+                if s.get("dense") is not None}
+
+    def _query_vector(self, vec: np.ndarray) -> list[float]:
+        v = np.asarray(vec, dtype=np.float32).ravel()
+        if v.shape != (self.dim,) or not np.isfinite(v).all():
+            raise QueryError(f"query vector must be {self.dim} finite numbers, got shape {v.shape}")
+        out: list[float] = v.tolist()
+        return out
+
+    # -- HDC ------------------------------------------------------------------------------------
+    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
+        """Candidates from the binary HNSW of `hdc_<field>`; scores 1 - d/4096."""
+        q = self._code(code, field)
+        if k <= 0:
+            return RankedList.of(f"hdc:{field}", [], [])
+        hits = self._search(Q.knn_query(f"hdc_{field}", q, k, filters), "hamming")["hits"]["hits"]
+        return RankedList.of(f"hdc:{field}", [h["_id"] for h in hits],
+                             [Q.hamming_similarity(float(h["_score"])) for h in hits])
+
+    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
+        """Exact similarity by the k-NN scoring script (space hamming scores 1 / (1 + d))."""
+        q = self._code(code, field)
+        ids = list(dict.fromkeys(ids))
+        out: dict[str, float] = {}
+        for i in range(0, len(ids), _PAGE):
+            hits = self._search(Q.exact_score_query(f"hdc_{field}", "hamming", q, ids[i:i + _PAGE]),
+                                "hamming score")["hits"]["hits"]
+            out.update({h["_id"]: Q.hamming_similarity(float(h["_score"])) for h in hits})
+        return out
+
+    def _code(self, code: np.ndarray, field: str) -> list[int]:
+        if field not in HDC_FIELDS:
+            raise QueryError(f"unknown HDC field {field!r}; valid: {', '.join(HDC_FIELDS)}")
+        c = np.asarray(code)
+        if c.dtype != np.uint8 or c.shape != (512,):
+            raise QueryError(f"an HDC code is 512 uint8 bytes, got {c.dtype} {c.shape}")
+        return Q.packed_to_int8(c)
+
+    def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
+        """The encoder with the options stored in the index's metadata (fixed at creation)."""
+        self.ensure_index()
+        if self._hdc_encoder is None:
+            stored = bool(self._index_meta().get("hdc", {}).get("ngrams", DEFAULT_HDC_NGRAMS))
+            self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=stored)
+        if ngrams is not None and ngrams != self._hdc_encoder.ngrams:
+            raise QueryError(f"this index encodes HDC with ngrams={self._hdc_encoder.ngrams}; rebuild it to change that")
+        return self._hdc_encoder
+
+    # -- citations ------------------------------------------------------------------------------
+    def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
+        """What each chunk cites (mget) and which chunks cite it (a terms query on `cites`)."""
+        src = self._sources(ids, ["cites"])
+        citing: dict[str, list[str]] = {}
+        targets = list(src)
+        for i in range(0, len(targets), _PAGE):
+            chunk = set(targets[i:i + _PAGE])
+            for id_, s in self._scan({"terms": {"cites": sorted(chunk)}}, ["cites"]):
+                for t in s.get("cites", []):
+                    if t in chunk:
+                        citing.setdefault(t, []).append(id_)
+        return {i: Neighbors(tuple(s.get("cites", [])), tuple(sorted(citing.get(i, [])))) for i, s in src.items()}
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> OpenSearchEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _reason(e: Exception) -> str:
+    """One line from an opensearch-py exception: the server's error type and reason when present."""
+    info = getattr(e, "info", None)
+    if isinstance(info, dict) and isinstance(info.get("error"), dict):
+        err = info["error"]
+        root = (err.get("root_cause") or [err])[0]
+        return f"{root.get('type', err.get('type'))}: {root.get('reason', err.get('reason'))}"
+    if isinstance(info, Exception):
+        return f"{type(info).__name__}: {info}".splitlines()[0][:300]
+    return str(getattr(e, "error", None) or e).splitlines()[0][:300]
+
+
+def _unzip(pairs: Sequence[tuple[str, float]]) -> tuple[list[str], list[float]]:
+    return [p[0] for p in pairs], [p[1] for p in pairs]

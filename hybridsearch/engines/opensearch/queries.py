@@ -1,0 +1,203 @@
+"""Pure request builders and score conversions for the OpenSearch engine: data in, dicts out.
+
+Each channel has one builder, and every builder takes its filters from `filter_clauses`, so a
+filter means the same in every channel (and the same as on the embedded engine).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any, Literal
+
+import numpy as np
+
+from hybridsearch.engines.embedded.store import norm_key
+from hybridsearch.hdc import DIM as HDC_DIM
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
+
+KnnEngine = Literal["lucene", "faiss"]
+# the space type the dense field is mapped with, per k-NN engine: Lucene scores cosine natively;
+# the k-NN docs recommend inner product on Faiss for vectors that are already normalised
+SPACE_TYPE: dict[str, str] = {"lucene": "cosinesimil", "faiss": "innerproduct"}
+EXCLUDE_SOURCE = ["dense", "hdc_*", "bm25", "bm25_len", "keys", "ym", "published", "dense_hash",
+                  "hdc_encoded", "cited_by", "authority"]
+DOC_FIELDS = tuple(Document.model_fields)
+
+
+# -- templates --------------------------------------------------------------------------------
+def template(name: str) -> dict[str, Any]:
+    """A JSON file of opensearch_templates/ (e.g. `hybridsearch-chunks`, `pipelines/hybridsearch-rrf`)."""
+    text = (resources.files("opensearch_templates") / f"{name}.json").read_text()
+    body: dict[str, Any] = json.loads(text)
+    return body
+
+
+def chunks_template(knn_engine: KnnEngine) -> dict[str, Any]:
+    """The component template of chunk indices, with the dense and HDC fields on `knn_engine`."""
+    body = template("hybridsearch-chunks")
+    props = body["template"]["mappings"]["properties"]
+    props["dense"]["space_type"] = SPACE_TYPE[knn_engine]
+    props["dense"]["method"]["engine"] = knn_engine
+    for f in [p for p in props if p.startswith("hdc_") and props[p].get("type") == "knn_vector"]:
+        props[f]["method"]["engine"] = knn_engine
+    return body
+
+
+def index_template(index: str, knn_engine: KnnEngine) -> dict[str, Any]:
+    body = template("hybridsearch-index-template")
+    body["index_patterns"] = [p.replace("{index}", index) for p in body["index_patterns"]]
+    body["composed_of"] = [c.replace("{knn_engine}", knn_engine) for c in body["composed_of"]]
+    return body
+
+
+# -- documents --------------------------------------------------------------------------------
+def packed_to_int8(code: np.ndarray) -> list[int]:
+    """512 packed bytes (bit 0 = the most significant bit of byte 0, as numpy packs them) as the
+    signed bytes a binary knn_vector takes."""
+    return np.asarray(code, dtype=np.uint8).view(np.int8).tolist()
+
+
+def to_source(doc: Document, tokens: Mapping[str, list[str]], dense_hash: str, vector: np.ndarray | None,
+              codes: Mapping[str, np.ndarray] | None) -> dict[str, Any]:
+    """The indexed form of a chunk: the document's own fields, its analysed tokens per scored
+    field, normalised filter keys, and its vector and codes when it has them."""
+    src: dict[str, Any] = doc.model_dump(exclude_defaults=True)
+    src["id"], src["work_id"] = doc.id, doc.work_id
+    src["bm25"] = {f: " ".join(t) for f, t in tokens.items() if t}
+    src["bm25_len"] = {f: len(t) for f, t in tokens.items() if t}
+    src["keys"] = {"subjects": [norm_key(s) for s in doc.subjects],
+                   "kind": norm_key(doc.kind) if doc.kind else None,
+                   "license": norm_key(doc.license) if doc.license else None}
+    if doc.year is not None:
+        src["ym"] = doc.year * 100 + (doc.month or 0)
+        if 1 <= doc.year <= 9999:
+            src["published"] = f"{doc.year:04d}-{doc.month:02d}" if doc.month else f"{doc.year:04d}"
+    src["dense_hash"] = dense_hash
+    if vector is not None:
+        src["dense"] = np.asarray(vector, dtype=np.float32).tolist()
+    if codes is not None:
+        src["hdc_encoded"] = True
+        for f, code in codes.items():
+            src[f"hdc_{f}"] = packed_to_int8(code)
+    return src
+
+
+def from_source(src: Mapping[str, Any]) -> Document:
+    """The document stored in a chunk's `_source`."""
+    return Document.model_validate({k: v for k, v in src.items() if k in DOC_FIELDS}, strict=False)
+
+
+# -- filters ----------------------------------------------------------------------------------
+def filter_clauses(filters: Filters | None) -> list[dict[str, Any]]:
+    """Filter clauses for every channel: date range on year*100+month (a bound without a month
+    covers the whole year), subjects, kind and license compared trimmed and case-insensitively,
+    sources exactly. Clauses are AND-ed; values within one are OR-ed."""
+    if filters is None or filters.is_empty():
+        return []
+    out: list[dict[str, Any]] = []
+    if filters.date_range is not None:
+        lo, hi = filters.date_range.bounds()
+        rng = {k: v for k, v in (("gte", lo), ("lte", hi)) if v is not None}
+        if rng:
+            out.append({"range": {"ym": rng}})
+    for field, values in (("keys.subjects", filters.subjects), ("keys.kind", filters.kind),
+                          ("keys.license", filters.license)):
+        if values:
+            out.append({"terms": {field: sorted({norm_key(v) for v in values})}})
+    if filters.sources:
+        out.append({"terms": {"source": list(dict.fromkeys(filters.sources))}})
+    return out
+
+
+def _with_filters(query: dict[str, Any], filters: Filters | None) -> dict[str, Any]:
+    clauses = filter_clauses(filters)
+    return {"bool": {"must": [query], "filter": clauses}} if clauses else query
+
+
+def _knn_filter(filters: Filters | None) -> dict[str, Any] | None:
+    clauses = filter_clauses(filters)
+    return {"bool": {"filter": clauses}} if clauses else None
+
+
+# -- channels ---------------------------------------------------------------------------------
+def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, filters: Filters | None,
+               mode: Bm25Mode, tie_breaker: float) -> dict[str, Any]:
+    """Field-boosted BM25 over the pre-analysed token fields: per field, a bool of term queries
+    boosted field weight x term weight; `most_fields` sums all of them, `best_fields` is a
+    dis_max of the per-field sums with `tie_breaker`. The same query the embedded engine runs."""
+    per_field = [[{"term": {f"bm25.{f}": {"value": t, "boost": fw * w}}} for t, w in terms.items()]
+                 for f, fw in fields.items() if fw > 0 and f in BM25_FIELD_WEIGHTS]
+    if mode == "best_fields":
+        query: dict[str, Any] = {"dis_max": {"queries": [{"bool": {"should": c}} for c in per_field],
+                                             "tie_breaker": tie_breaker}}
+    else:
+        query = {"bool": {"should": [c for clauses in per_field for c in clauses]}}
+    return {"size": k, "_source": False, "track_total_hits": False, "query": _with_filters(query, filters)}
+
+
+def knn_query(field: str, vector: Sequence[float] | Sequence[int], k: int, filters: Filters | None,
+              ef_search: int | None = None) -> dict[str, Any]:
+    """Approximate kNN on `field` with efficient filtering (the filter inside the knn clause, so
+    k hits come back whenever k documents pass it)."""
+    clause: dict[str, Any] = {"vector": list(vector), "k": k}
+    flt = _knn_filter(filters)
+    if flt is not None:
+        clause["filter"] = flt
+    if ef_search is not None:
+        clause["method_parameters"] = {"ef_search": ef_search}
+    return {"size": k, "_source": False, "track_total_hits": False, "query": {"knn": {field: clause}}}
+
+
+def exact_score_query(field: str, space_type: str, query_value: Sequence[float] | Sequence[int],
+                      ids: Sequence[str]) -> dict[str, Any]:
+    """Exact scores of chosen chunks by the k-NN scoring script (`knn_score`); chunks without a
+    value in `field` are left out."""
+    return {"size": len(ids), "_source": False, "track_total_hits": False, "query": {"script_score": {
+        "query": {"bool": {"filter": [{"ids": {"values": list(ids)}}, {"exists": {"field": field}}]}},
+        "script": {"lang": "knn", "source": "knn_score",
+                   "params": {"field": field, "query_value": list(query_value), "space_type": space_type}}}}}
+
+
+def doc_freq_query(terms: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
+    """Per (field, term) document counts in one request (filters aggregation), and the total."""
+    buckets = {f"{f}\t{t}": {"term": {f"bm25.{f}": t}} for f in fields for t in terms}
+    body: dict[str, Any] = {"size": 0, "track_total_hits": True, "query": {"match_all": {}}}
+    if buckets:
+        body["aggs"] = {"df": {"filters": {"filters": buckets}}}
+    return body
+
+
+def length_sum_query(fields: Sequence[str]) -> dict[str, Any]:
+    """Total token count per scored field and the document count (for average lengths over all
+    documents, as the embedded engine computes them)."""
+    return {"size": 0, "track_total_hits": True, "query": {"match_all": {}},
+            "aggs": {f: {"sum": {"field": f"bm25_len.{f}"}} for f in fields}}
+
+
+def hybrid_query(terms: Mapping[str, float], fields: Mapping[str, float], vector: Sequence[float], k: int,
+                 filters: Filters | None, mode: Bm25Mode, tie_breaker: float) -> dict[str, Any]:
+    """OpenSearch's own hybrid query (neural-search) over our BM25 and dense sub-queries, for
+    comparison with our fusion: fused by a search pipeline, to depth k per sub-query."""
+    lexical = bm25_query(terms, fields, k, filters, mode, tie_breaker)["query"]
+    dense = knn_query("dense", vector, k, filters)["query"]
+    return {"size": k, "_source": False, "query": {"hybrid": {"pagination_depth": k, "queries": [lexical, dense]}}}
+
+
+# -- scores -----------------------------------------------------------------------------------
+def cosine_from_score(score: float, space_type: str) -> float:
+    """Raw cosine from a k-NN `_score`: cosinesimil scores (1 + cos) / 2; innerproduct scores
+    1 + ip for ip >= 0 and 1 / (1 - ip) below (the vectors are normalised, so ip is the cosine)."""
+    if space_type == "cosinesimil":
+        return 2.0 * score - 1.0
+    if space_type == "innerproduct":
+        return score - 1.0 if score >= 1.0 else 1.0 - 1.0 / score
+    raise ValueError(f"no cosine for space type {space_type!r}")
+
+
+def hamming_similarity(score: float) -> float:
+    """1 - d/4096 from a Hamming `_score` 1 / (1 + d) (exact: d is an integer up to 4096)."""
+    distance = round(1.0 / score - 1.0) if score > 0 else HDC_DIM
+    return 1.0 - distance / HDC_DIM
+

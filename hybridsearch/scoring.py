@@ -1,0 +1,70 @@
+"""The one place for lexical scoring formulas: Lucene's BM25 idf and exact BM25 rescoring.
+
+Both engines call `rescore_bm25` for BM25 with k1/b other than the index's (1.2/0.75): the engine
+supplies candidate token lists and its corpus statistics, this module supplies the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from hybridsearch.analysis import Analyzer
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document
+
+
+def document_tokens(analyzer: Analyzer, doc: Document,
+                    fields: Sequence[str] = tuple(BM25_FIELD_WEIGHTS)) -> dict[str, list[str]]:
+    """A chunk's analysed tokens per scored field: what both engines index and BM25 counts."""
+    return {f: analyzer.analyze_many(doc.subjects) if f == "subjects" else analyzer.analyze(getattr(doc, f))
+            for f in fields}
+
+
+def bm25_idf(num_docs: int, df: int) -> float:
+    """Lucene's BM25 idf: ln(1 + (N - df + 0.5) / (df + 0.5)); 0 for an empty corpus."""
+    return math.log(1 + (num_docs - df + 0.5) / (df + 0.5)) if num_docs else 0.0
+
+
+def merge_term_weights(terms: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Query terms with weights; a repeated term adds its weights."""
+    weights: dict[str, float] = {}
+    for t, w in terms:
+        weights[t] = weights.get(t, 0.0) + w
+    return weights
+
+
+def rescore_bm25(terms: Sequence[tuple[str, float]], fields: Mapping[str, float],
+                 tokens: Mapping[str, Mapping[str, Sequence[str]]], num_docs: int,
+                 avg_len: Mapping[str, float], doc_freq: Callable[[str, str], int], k: int,
+                 mode: Bm25Mode, tie_breaker: float, k1: float, b: float) -> list[tuple[str, float]]:
+    """Exact BM25 of candidates, in the (k1+1) scale of Lucene's classic BM25 and tantivy: per field,
+    sum_t w_t idf(t) tf (k1+1) / (tf + k1 (1 - b + b dl/avgdl)); `most_fields` sums the weighted
+    fields, `best_fields` takes the best plus tie_breaker times the rest. `tokens` maps candidate id
+    to its analysed tokens per field; `doc_freq(field, term)` and `avg_len` are corpus statistics
+    over `num_docs` documents. Returns the top k (id, score) with score > 0, ties by id."""
+    weights = merge_term_weights(terms)
+    active = {f: fw for f, fw in fields.items() if fw > 0 and avg_len.get(f, 0.0) > 0}
+    idf = {(f, t): bm25_idf(num_docs, doc_freq(f, t)) for f in active for t in weights}
+    out: dict[str, float] = {}
+    for id_, per_doc in tokens.items():
+        per_field = []
+        for f, fw in active.items():
+            toks = per_doc.get(f) or ()
+            if not toks:
+                continue
+            counts: dict[str, int] = {}
+            for tok in toks:
+                if tok in weights:
+                    counts[tok] = counts.get(tok, 0) + 1
+            norm = k1 * (1 - b + b * len(toks) / avg_len[f])
+            per_field.append(fw * sum(weights[t] * idf[(f, t)] * tf * (k1 + 1) / (tf + norm)
+                                      for t, tf in counts.items()))
+        if per_field:
+            best = max(per_field)
+            out[id_] = best + tie_breaker * (sum(per_field) - best) if mode == "best_fields" else sum(per_field)
+    return top_k([(i, s) for i, s in out.items() if s > 0], k)
+
+
+def top_k(items: Sequence[tuple[str, float]], k: int) -> list[tuple[str, float]]:
+    """The k best (id, score) pairs, ties broken by id."""
+    return sorted(items, key=lambda x: (-x[1], x[0]))[:k]
