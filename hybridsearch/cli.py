@@ -306,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=int, default=5)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_demo)
+
+    from hybridsearch.engines.opensearch.node_cli import add_parser as add_opensearch_parser
+
+    add_opensearch_parser(sub)
     return p
 
 

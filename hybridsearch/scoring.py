@@ -12,6 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 from hybridsearch.analysis import Analyzer
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document
 
+# An empty scored field is indexed as this one token on both engines, so that every document has
+# every field: Lucene then counts documents and average lengths per field over all documents, as
+# tantivy does (Lucene counts only the documents that have the field). It is never a query term.
+EMPTY_FIELD_TOKEN = "\ue000"
+
+
+def indexed_tokens(tokens: Sequence[str]) -> list[str]:
+    """The tokens an engine indexes for one scored field: its analysed tokens, or the placeholder."""
+    return list(tokens) if tokens else [EMPTY_FIELD_TOKEN]
+
 
 def document_tokens(analyzer: Analyzer, doc: Document,
                     fields: Sequence[str] = tuple(BM25_FIELD_WEIGHTS)) -> dict[str, list[str]]:
@@ -26,10 +36,11 @@ def bm25_idf(num_docs: int, df: int) -> float:
 
 
 def merge_term_weights(terms: Sequence[tuple[str, float]]) -> dict[str, float]:
-    """Query terms with weights; a repeated term adds its weights."""
+    """Query terms with weights; a repeated term adds its weights (the placeholder is dropped)."""
     weights: dict[str, float] = {}
     for t, w in terms:
-        weights[t] = weights.get(t, 0.0) + w
+        if t != EMPTY_FIELD_TOKEN:
+            weights[t] = weights.get(t, 0.0) + w
     return weights
 
 

@@ -38,3 +38,43 @@ def demo_copy(demo_index, tmp_path) -> Path:
     dst = tmp_path / "index"
     shutil.copytree(demo_index, dst, ignore=shutil.ignore_patterns("owner.lock"))
     return dst
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> str:
+    """The OpenSearch node the live tests use: $HYBRIDSEARCH_OPENSEARCH_URL. Not set: skip, or fail
+    under HYBRIDSEARCH_REQUIRE_OPENSEARCH=1 (CI). Set but not answering: fail."""
+    import json
+    import urllib.request
+
+    from hybridsearch.config import get_settings
+
+    settings = get_settings()
+    url = settings.opensearch_url
+    if not url:
+        reason = ("no OpenSearch node: set HYBRIDSEARCH_OPENSEARCH_URL "
+                  "(`hybridsearch opensearch start` runs one and prints its URL)")
+        if settings.require_opensearch:
+            pytest.fail(f"HYBRIDSEARCH_REQUIRE_OPENSEARCH=1 but {reason}")
+        pytest.skip(reason)
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            json.load(r)["version"]["number"]
+    except (OSError, ValueError, KeyError) as e:
+        pytest.fail(f"HYBRIDSEARCH_OPENSEARCH_URL={url} is configured but does not answer: {e}")
+    return url
+
+
+@pytest.fixture
+def opensearch_index(opensearch_url, request):
+    """A fresh logical OpenSearch index for one test, dropped afterwards."""
+    import re
+    import uuid
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    engine = OpenSearchEngine(opensearch_url, index=f"test-{name}-{uuid.uuid4().hex[:6]}")
+    yield engine
+    engine.drop()
+    engine.close()

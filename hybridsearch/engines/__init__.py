@@ -186,6 +186,14 @@ def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
     return arr
 
 
+def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:
+    """A query vector as float32 (dim,), every value finite."""
+    v = np.asarray(vec, dtype=np.float32).ravel()
+    if v.shape != (dim,) or not np.isfinite(v).all():
+        raise QueryError(f"a query vector must be {dim} finite numbers, got shape {np.shape(vec)}")
+    return v
+
+
 def check_codes(codes: Sequence[Codes], n: int) -> list[Codes]:
     """n code sets, each mapping known HDC fields to 512 uint8 bytes."""
     codes = list(codes)

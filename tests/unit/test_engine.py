@@ -1,4 +1,5 @@
-"""The embedded engine on a real on-disk index: writes, updates, deletes, filters, reopen."""
+"""What only the embedded engine has: reopening its directory, the switch to HNSW, readers in
+other threads and processes. The shared behaviour is in tests/contract/."""
 
 from __future__ import annotations
 
@@ -9,10 +10,8 @@ import threading
 import numpy as np
 import pytest
 
-from hybridsearch.engines import Bm25Options, Engine, LexicalSearch, VectorSearch
 from hybridsearch.engines.embedded import EmbeddedEngine
-from hybridsearch.errors import QueryError, ValidationError
-from hybridsearch.models import DateRange, Document, Filters
+from hybridsearch.models import Document
 
 
 def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -40,87 +39,6 @@ def engine(tmp_path):
     e.close()
 
 
-def test_protocols(engine) -> None:
-    assert isinstance(engine, Engine) and isinstance(engine, LexicalSearch)
-    assert isinstance(engine, VectorSearch)
-
-
-def test_bm25_and_dense_find_written_documents(engine) -> None:
-    assert engine.bm25("compact").ids == ["a", "b"]
-    assert engine.bm25("C-star algebra").ids == ["c"]
-    assert engine.knn(VECS[1], 1).ids == ["b"]
-    assert engine.knn(VECS[1], 1).scores[0] == pytest.approx(1.0, abs=1e-5)
-    scores = engine.vector_score(VECS[0], ["a", "b", "missing"])
-    assert set(scores) == {"a", "b"} and scores["a"] == pytest.approx(1.0, abs=1e-5)
-    assert scores["b"] == pytest.approx(float(VECS[0] @ VECS[1]), abs=1e-5)
-
-
-def test_field_weights_change_the_order(engine) -> None:
-    # "compact" is in a's title and b's text: title weight 1.5 puts a first, text-only puts b first
-    assert engine.bm25("compact", {"text": 1.0}).ids == ["b"]
-    both = engine.bm25("compact", {"title": 1.5, "text": 1.0})
-    title_only = engine.bm25("compact", {"title": 1.0})
-    assert both.ids[0] == "a" and title_only.ids == ["a"]
-
-
-def test_most_fields_sums_and_best_fields_takes_the_max(engine) -> None:
-    # 'a' has "compact" in the title and "cover ... subcover" elsewhere: add a text match
-    engine.write([DOCS[0].model_copy(update={"text": "A compact space; every open cover is finite."})])
-    t = engine.bm25("compact", {"title": 1.0}).scores[0]
-    x = dict(engine.bm25("compact", {"text": 1.0}, 3).items())["a"]
-    most = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3).items())["a"]
-    best0 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3,
-                             options=Bm25Options("best_fields", tie_breaker=0.0)).items())["a"]
-    best5 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3,
-                             options=Bm25Options("best_fields", tie_breaker=0.5)).items())["a"]
-    assert most == pytest.approx(t + x, rel=1e-5)
-    assert best0 == pytest.approx(max(t, x), rel=1e-5)
-    assert best5 == pytest.approx(max(t, x) + 0.5 * min(t, x), rel=1e-5)
-
-
-def test_role_boost_multiplies(engine) -> None:
-    base = engine.bm25("compact").scores
-    boosted = engine.bm25("compact", options=Bm25Options(role_boost=2.0)).scores
-    assert boosted == pytest.approx([2 * s for s in base])
-
-
-@pytest.mark.parametrize(("filters", "bm25_ids", "dense_ids"), [
-    (Filters(subjects=["topology"]), {"a"}, {"a"}),
-    (Filters(subjects=["ANALYSIS"]), {"b"}, {"b", "c"}),
-    (Filters(kind=["theorem"]), {"b"}, {"b"}),
-    (Filters(license=["cc-by-4.0"]), {"a"}, {"a", "c"}),
-    (Filters(sources=["analysis.pdf"]), {"b"}, {"b"}),
-    (Filters(date_range=DateRange(gte="1900", lte="1930")), {"a"}, {"a"}),
-    (Filters(date_range=DateRange(gte="1923-05")), set(), {"c"}),
-    (Filters(date_range=DateRange(lte=1900)), {"b"}, {"b"}),
-    (Filters(subjects=["analysis"], date_range=DateRange(gte=1940)), set(), {"c"}),
-])
-def test_filters_mean_the_same_in_both_channels(engine, filters, bm25_ids, dense_ids) -> None:
-    assert set(engine.bm25("compact", k=10, filters=filters).ids) == bm25_ids
-    assert set(engine.knn(VECS[0], 10, filters).ids) == dense_ids
-
-
-def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
-    new_vec = unit_vectors(1, seed=9)
-    engine.write([Document(id="a", title="Connectedness", text="No separation into open sets.")], new_vec)
-    assert "a" not in engine.bm25("compact").ids
-    assert engine.bm25("connectedness").ids == ["a"]
-    assert engine.knn(new_vec[0], 1).ids == ["a"]
-    assert engine.knn(VECS[0], 3).ids.count("a") == 1
-    assert engine.get(["a"])["a"].title == "Connectedness"
-    assert engine.delete(["b", "nope"]) == ["b"]
-    assert "b" not in engine.bm25("compact").ids and "b" not in engine.knn(VECS[1], 3).ids
-    assert engine.count() == 2 and engine.get(["b"]) == {}
-
-
-def test_text_change_without_vector_drops_the_stale_vector(engine) -> None:
-    engine.write([DOCS[1].model_copy(update={"text": "Entirely new statement."})])
-    assert "b" not in engine.knn(VECS[1], 3).ids
-    assert [i for i, _ in engine.missing_vectors()] == ["b"]
-    engine.set_vectors(["b"], VECS[1:2])
-    assert engine.knn(VECS[1], 1).ids == ["b"]
-
-
 def test_reopen_keeps_everything(tmp_path) -> None:
     with EmbeddedEngine(tmp_path / "idx") as e:
         e.write(DOCS, VECS)
@@ -129,21 +47,6 @@ def test_reopen_keeps_everything(tmp_path) -> None:
         assert e.count() == 2
         assert e.bm25("compact").ids == ["a", "b"]
         assert e.knn(VECS[1], 5).ids[0] == "b" and "c" not in e.knn(VECS[2], 5).ids
-
-
-def test_bad_vectors_and_options_are_rejected(engine) -> None:
-    bad = VECS.copy()
-    bad[1, 3] = np.nan
-    with pytest.raises(ValidationError, match="row 1 has a non-finite"):
-        engine.write(DOCS, bad)
-    with pytest.raises(ValidationError, match=r"shape"):
-        engine.write(DOCS, VECS[:2])
-    with pytest.raises(QueryError, match="mode must be one of most_fields, best_fields"):
-        engine.bm25("x", options=Bm25Options(mode="sum"))  # type: ignore[arg-type]
-    with pytest.raises(QueryError, match="tie_breaker"):
-        engine.bm25("x", options=Bm25Options(tie_breaker=float("nan")))
-    # nothing of the rejected batch was stored
-    assert engine.get(["a"])["a"].title == "Compact space"
 
 
 def test_hnsw_above_the_exact_threshold(tmp_path) -> None:

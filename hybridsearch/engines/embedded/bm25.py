@@ -14,10 +14,13 @@ import tantivy
 from hybridsearch.analysis import Analyzer
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.errors import EngineError
-from hybridsearch.models import BM25_FIELD_WEIGHTS, TEXT_FIELDS, Bm25Mode, Document, Filters
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
+from hybridsearch.scoring import document_tokens, indexed_tokens, merge_term_weights
 
 SCORED_FIELDS = tuple(BM25_FIELD_WEIGHTS)
 _APPLIED = "applied.json"
+# what the index holds, besides its schema: 2 = empty scored fields hold the placeholder token
+_FORMAT = 2
 
 
 def _schema() -> tantivy.Schema:
@@ -50,10 +53,12 @@ class Bm25Index:
             if owner:
                 path.mkdir(parents=True, exist_ok=True)
                 try:
+                    if (path / "meta.json").exists() and _stored_format(path) != _FORMAT:
+                        raise ValueError("written in another format")
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
                 except ValueError:
-                    # an index written with another schema: it is derived, so rebuild it from the
-                    # journal (applied seq back to 0)
+                    # an index written with another schema or format: it is derived, so rebuild
+                    # it from the journal (applied seq back to 0)
                     shutil.rmtree(path)
                     path.mkdir(parents=True)
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
@@ -97,29 +102,21 @@ class Bm25Index:
             self._lengths = None
             self.applied_seq = seq
             tmp = self.path / (_APPLIED + ".tmp")
-            tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present)}))
+            tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present), "format": _FORMAT}))
             os.replace(tmp, self.path / _APPLIED)
 
     def _to_tantivy(self, label: int, d: Document) -> tantivy.Document:
         doc = tantivy.Document()
         doc.add_text("id", d.id)
         doc.add_unsigned("label", label)
-        for f in TEXT_FIELDS:
-            value = getattr(d, f)
-            if value:
-                tokens = self.analyzer.analyze(value)
-                if tokens:
-                    doc.add_text(f, " ".join(tokens))
-                    doc.add_unsigned(f"len_{f}", len(tokens))
-                    self.fields_present.add(f)
-        if d.subjects:
-            tokens = self.analyzer.analyze_many(d.subjects)
+        for f, tokens in document_tokens(self.analyzer, d).items():
+            indexed = indexed_tokens(tokens)
+            doc.add_text(f, " ".join(indexed))
+            doc.add_unsigned(f"len_{f}", len(indexed))
             if tokens:
-                doc.add_text("subjects", " ".join(tokens))
-                doc.add_unsigned("len_subjects", len(tokens))
-                self.fields_present.add("subjects")
-            for s in d.subjects:
-                doc.add_text("subj", norm_key(s))
+                self.fields_present.add(f)
+        for s in d.subjects:
+            doc.add_text("subj", norm_key(s))
         for f in ("kind", "license"):
             value = getattr(d, f)
             if value:
@@ -136,9 +133,9 @@ class Bm25Index:
         if self.index is None or not terms or k <= 0:
             return [], []
         Q, schema = tantivy.Query, self.schema
-        weights: dict[str, float] = {}
-        for t, w in terms:
-            weights[t] = weights.get(t, 0.0) + w
+        weights = merge_term_weights(terms)
+        if not weights:
+            return [], []
         per_field = []
         for f, fw in fields.items():
             if f not in self.fields_present or fw <= 0:
@@ -207,3 +204,10 @@ class Bm25Index:
             if self._writer is not None:
                 self._writer.wait_merging_threads()
                 self._writer = None
+
+
+def _stored_format(path: Path) -> int:
+    try:
+        return int(json.loads((path / _APPLIED).read_text()).get("format", 1))
+    except (OSError, ValueError):
+        return 1

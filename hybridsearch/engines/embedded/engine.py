@@ -23,6 +23,7 @@ from hybridsearch.engines import (
     TermStat,
     TermStats,
     check_codes,
+    check_query_vector,
     check_vectors,
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
@@ -223,12 +224,14 @@ class EmbeddedEngine:
         return TermStats(n, out)
 
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
+        vec = check_query_vector(vec, self.dim)
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
         labels, scores = self.dense_index.search(vec, k, allowed)
         return self._ranked("dense", labels, scores)
 
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        vec = check_query_vector(vec, self.dim)
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: s for lb, s in self.dense_index.score(vec, list(labels)).items()}

@@ -30,6 +30,7 @@ from hybridsearch.engines import (
     TermStat,
     TermStats,
     check_codes,
+    check_query_vector,
     check_vectors,
 )
 from hybridsearch.engines.embedded.store import DEFAULT_HDC_NGRAMS, HDC_FIELDS, hash_text
@@ -91,7 +92,7 @@ class OpenSearchEngine:
             hosts=[display_url(url)], http_auth=auth, use_ssl=parts.scheme == "https",
             verify_certs=s.opensearch_verify_certs, ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
             ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=2, retry_on_timeout=False,
-            http_compress=False)
+            http_compress=False, pool_maxsize=8)
         self._ready = False
         self._lock = threading.Lock()
         self._hdc_encoder: HdcEncoder | None = None
@@ -143,6 +144,21 @@ class OpenSearchEngine:
                 {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
             self.client.cluster.health(index=first, wait_for_status="yellow")
             self._ready = True
+
+    def drop(self) -> list[str]:
+        """Delete every version of this logical index (and so its aliases) and its index template;
+        returns the indices deleted."""
+        with self._lock, self._errors("drop index"):
+            versions = sorted(self.client.indices.get(index=f"{self.index}-v*", params={"expand_wildcards": "all"}))
+            pattern = re.compile(rf"^{re.escape(self.index)}-v\d+$")
+            versions = [v for v in versions if pattern.match(v)]
+            if versions:
+                self.client.indices.delete(index=",".join(versions))
+            if self.client.indices.exists_index_template(name=f"hybridsearch-{self.index}"):
+                self.client.indices.delete_index_template(name=f"hybridsearch-{self.index}")
+            self._ready = False
+            self._hdc_encoder = None
+        return versions
 
     def _search(self, body: dict[str, Any], what: str, **params: Any) -> dict[str, Any]:
         with self._errors(what):
@@ -408,10 +424,7 @@ class OpenSearchEngine:
                 if s.get("dense") is not None}
 
     def _query_vector(self, vec: np.ndarray) -> list[float]:
-        v = np.asarray(vec, dtype=np.float32).ravel()
-        if v.shape != (self.dim,) or not np.isfinite(v).all():
-            raise QueryError(f"query vector must be {self.dim} finite numbers, got shape {v.shape}")
-        out: list[float] = v.tolist()
+        out: list[float] = check_query_vector(vec, self.dim).tolist()
         return out
 
     # -- HDC ------------------------------------------------------------------------------------

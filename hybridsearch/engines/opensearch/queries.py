@@ -16,6 +16,7 @@ import numpy as np
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.hdc import DIM as HDC_DIM
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
+from hybridsearch.scoring import indexed_tokens
 
 KnnEngine = Literal["lucene", "faiss"]
 # the space type the dense field is mapped with, per k-NN engine: Lucene scores cosine natively;
@@ -65,8 +66,9 @@ def to_source(doc: Document, tokens: Mapping[str, list[str]], dense_hash: str, v
     field, normalised filter keys, and its vector and codes when it has them."""
     src: dict[str, Any] = doc.model_dump(exclude_defaults=True)
     src["id"], src["work_id"] = doc.id, doc.work_id
-    src["bm25"] = {f: " ".join(t) for f, t in tokens.items() if t}
-    src["bm25_len"] = {f: len(t) for f, t in tokens.items() if t}
+    indexed = {f: indexed_tokens(t) for f, t in tokens.items()}
+    src["bm25"] = {f: " ".join(t) for f, t in indexed.items()}
+    src["bm25_len"] = {f: len(t) for f, t in indexed.items()}
     src["keys"] = {"subjects": [norm_key(s) for s in doc.subjects],
                    "kind": norm_key(doc.kind) if doc.kind else None,
                    "license": norm_key(doc.license) if doc.license else None}

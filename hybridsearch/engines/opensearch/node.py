@@ -1,0 +1,1025 @@
+"""A local single-node OpenSearch 2.19.1 on loopback, assembled from Maven Central artifacts.
+
+Gives developers, CI and users without Docker a real node: `LocalNode.install` fetches the pinned
+artifacts with Maven, checks every file's SHA-256, and assembles a distribution once (the integ-test
+zip plus the lang-painless, analysis-common and reindex modules and the k-NN and neural-search
+plugins); `LocalNode.start|stop|status` run it with a per-node config, data and log directory.
+OpenSearch refuses to run as root, so as root the node runs as the system user `hybridsearch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape as xml_escape
+
+from hybridsearch.config import get_settings
+from hybridsearch.errors import ConfigError, EngineUnavailableError
+
+Progress = Callable[[str], None]
+
+OPENSEARCH_VERSION = "2.19.1"
+SERVICE_USER = "hybridsearch"
+MIN_JAVA, MAX_JAVA = 11, 21  # 2.x needs the Security Manager, which Java 24 disabled for good
+PREFERRED_JAVA = (17, 21)
+JVM_DIR = Path("/usr/lib/jvm")
+BOOTSTRAP_CLASS = "org.opensearch.bootstrap.OpenSearch"
+STAMP_NAME = ".hybridsearch-stamp.json"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One Maven artifact, its SHA-256, and its use: "distribution", "plugin" or "module:<name>"."""
+
+    sha256: str
+    coords: str  # groupId:artifactId:version[:type]
+    use: str
+
+    @property
+    def group(self) -> str:
+        return self.coords.split(":")[0]
+
+    @property
+    def artifact(self) -> str:
+        return self.coords.split(":")[1]
+
+    @property
+    def version(self) -> str:
+        return self.coords.split(":")[2]
+
+    @property
+    def type(self) -> str:
+        parts = self.coords.split(":")
+        return parts[3] if len(parts) > 3 else "jar"
+
+    @property
+    def filename(self) -> str:
+        """The name `mvn dependency:copy` gives the file."""
+        return f"{self.artifact}-{self.version}.{self.type}"
+
+
+# Every file that goes into the node, pinned by SHA-256 (some, like the neural-search zip, have no checksum
+# on Maven Central). Plugins install in this order: k-NN extends lang-painless, neural-search extends k-NN.
+PINS: tuple[Pin, ...] = (
+    Pin("af7152d8b7f6f1cee09d47276b32b70479fe6dd8cdbb61213f84eb7f8098b261",
+        "org.opensearch.distribution.integ-test-zip:opensearch:2.19.1:zip", "distribution"),
+    Pin("eab8c9818865bc035212eab5068cdacae164baa09d4c152f49b736d6f6b0e85c",
+        "org.opensearch.plugin:opensearch-knn:2.19.1.0:zip", "plugin"),
+    Pin("b17ca1d774692902c58cbae102bf463970740c31d81446866e8eabd336e285aa",
+        "org.opensearch.plugin:neural-search:2.19.1.0:zip", "plugin"),
+    Pin("3cf5e02efa40ff5b88e74e1ab66a0bc462de3509fab4a6a4ffe90b8d13777a9a",
+        "org.opensearch.plugin:lang-painless:2.19.1", "module:lang-painless"),
+    Pin("c2598797a5f6f897ce7e8d05f593ff96de3fbc56c52f299d63cddcae41556dda",
+        "org.opensearch.plugin:opensearch-scripting-painless-spi:2.19.1", "module:lang-painless"),
+    Pin("54665d2838cc66458343468efc539e454fc95b46a8a04b13c6ac43fc9be63505",
+        "org.antlr:antlr4-runtime:4.13.1", "module:lang-painless"),
+    Pin("adf46d5e34940bdf148ecdd26a9ee8eea94496a72034ff7141066b3eea5c4e9d",
+        "org.ow2.asm:asm:9.7", "module:lang-painless"),
+    Pin("37a6414d36641973f1af104937c95d6d921b2ddb4d612c66c5a9f2b13fc14211",
+        "org.ow2.asm:asm-util:9.7", "module:lang-painless"),
+    Pin("62f4b3bc436045c1acb5c3ba2d8ec556ec3369093d7f5d06c747eb04b56d52b1",
+        "org.ow2.asm:asm-tree:9.7", "module:lang-painless"),
+    Pin("389bc247958e049fc9a0408d398c92c6d370c18035120395d4cba1d9d9304b7a",
+        "org.ow2.asm:asm-commons:9.7", "module:lang-painless"),
+    Pin("7bc6bcbc21379948a0c8c467fb0f864206e5b818f6bc0b546872f5c9f941556f",
+        "org.ow2.asm:asm-analysis:9.7", "module:lang-painless"),
+    Pin("13fdc1071af42946b13153a62491a5e9b0ad214d44f7c8153d3afef60f558821",
+        "org.opensearch.plugin:analysis-common:2.19.1", "module:analysis-common"),
+    Pin("eb2056ee54ac367f8820d5c13fa5cea2d10bb492b01f4d1a15a6dce163bf82ce",
+        "org.opensearch.plugin:reindex-client:2.19.1", "module:reindex"),
+    Pin("6ab691dc6cb2c12802bb9024df3379bd1779a2b626d3bd7b27ed5f974cbc1708",
+        "org.opensearch.client:opensearch-rest-client:2.19.1", "module:reindex"),
+    Pin("30fe6a20a08004044be90abdf0e711313b7dfe2e5c7b12ac32498ae8e1cae927",
+        "org.opensearch:opensearch-ssl-config:2.19.1", "module:reindex"),
+    Pin("c8bc7e1c51a6d4ce72f40d2ebbabf1c4b68bfe76e732104b04381b493478e9d6",
+        "org.apache.httpcomponents:httpclient:4.5.14", "module:reindex"),
+    Pin("6c9b3dd142a09dc468e23ad39aad6f75a0f2b85125104469f026e52a474e464f",
+        "org.apache.httpcomponents:httpcore:4.4.16", "module:reindex"),
+    Pin("0c1877489a9d1ba4fa50f6cfcab11d1123618858cb31d56afaab5afdd5064d99",
+        "org.apache.httpcomponents:httpasyncclient:4.1.5", "module:reindex"),
+    Pin("4018736ede2d321034e8517ea90baefb31831a8608afccc446d8a699fb1d00d4",
+        "org.apache.httpcomponents:httpcore-nio:4.4.16", "module:reindex"),
+    Pin("ec87bfb55f22cbd1b21e2190eeda28b2b312ed2a431ee49fbdcc01812d04a5e4",
+        "commons-codec:commons-codec:1.16.1", "module:reindex"),
+    Pin("daddea1ea0be0f56978ab3006b8ac92834afeefbd9b7e4e6316fca57df0fa636",
+        "commons-logging:commons-logging:1.2", "module:reindex"),
+)
+
+
+@dataclass(frozen=True)
+class Module:
+    """A module the integ-test zip lacks: its plugin class and its security policy (empty: none)."""
+
+    classname: str
+    policy: str = ""
+
+
+MODULES: dict[str, Module] = {
+    "lang-painless": Module("org.opensearch.painless.PainlessPlugin",
+                            'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n'
+                            '  permission java.lang.RuntimePermission "getClassLoader";\n};\n'),
+    "analysis-common": Module("org.opensearch.analysis.common.CommonAnalysisPlugin"),
+    "reindex": Module("org.opensearch.index.reindex.ReindexPlugin",
+                      'grant {\n  permission java.net.SocketPermission "*", "connect";\n};\n'),
+}
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def stderr_progress(message: str) -> None:
+    """Progress printer for the CLI: one line to stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- Java
+
+
+@dataclass(frozen=True)
+class JavaHome:
+    """A JDK and its version, as `java -version` reports it."""
+
+    path: Path
+    major: int
+    version: str
+
+
+_VERSION_RE = re.compile(r'version "(?P<v>[^"]+)"')
+
+
+def parse_java_version(text: str) -> tuple[int, str] | None:
+    """(major, full version) from `java -version` output: "1.8.0_392" is 8, "17.0.15" is 17, "25-ea" is 25."""
+    m = _VERSION_RE.search(text)
+    if m is None:
+        return None
+    full = m.group("v")
+    nums = re.match(r"(\d+)(?:\.(\d+))?", full)
+    if nums is None:
+        return None
+    major = int(nums.group(1))
+    if major == 1 and nums.group(2) is not None:
+        major = int(nums.group(2))
+    return major, full
+
+
+@lru_cache(maxsize=64)
+def _java_version_cached(java: str, mtime: float) -> tuple[int, str] | str:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")}
+    try:
+        r = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, env=env)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`{java} -version` failed: {e}"
+    parsed = parse_java_version(r.stderr + r.stdout)
+    if parsed is None:
+        return f"cannot parse `{java} -version`: {(r.stderr + r.stdout).strip()[:200]!r}"
+    return parsed
+
+
+def java_version(java_home: Path) -> tuple[int, str]:
+    """(major, full version) of the JDK at java_home; EngineUnavailableError if it has no working bin/java."""
+    java = java_home / "bin" / "java"
+    if not (java.is_file() and os.access(java, os.X_OK)):
+        raise EngineUnavailableError(f"{java_home} is not a JDK: no executable bin/java")
+    out = _java_version_cached(str(java), java.stat().st_mtime)
+    if isinstance(out, str):
+        raise EngineUnavailableError(out)
+    return out
+
+
+def java_unsuitable_reason(major: int) -> str | None:
+    """Why OpenSearch 2.19 cannot run on this Java major version, or None if it can."""
+    if major >= 24:
+        return (f"Java {major} has no Security Manager (disabled for good in Java 24), which OpenSearch "
+                f"{OPENSEARCH_VERSION} needs "
+                f"(use Java {MIN_JAVA}..{MAX_JAVA}, preferably 17 or 21)")
+    if major < MIN_JAVA or major > MAX_JAVA:
+        return f"OpenSearch {OPENSEARCH_VERSION} supports Java {MIN_JAVA}..{MAX_JAVA}, not {major}"
+    return None
+
+
+def _checked(java_home: Path, source: str) -> JavaHome:
+    """The JDK at java_home, or a clear error naming where it came from and why it does not fit."""
+    try:
+        major, full = java_version(java_home)
+    except EngineUnavailableError as e:
+        raise ConfigError(f"{source}={java_home}: {e}") from None
+    reason = java_unsuitable_reason(major)
+    if reason is not None:
+        raise ConfigError(f"{source}={java_home} is Java {full}: {reason}")
+    return JavaHome(java_home, major, full)
+
+
+def _rank(major: int) -> tuple[int, int]:
+    return (PREFERRED_JAVA.index(major), 0) if major in PREFERRED_JAVA else (len(PREFERRED_JAVA), -major)
+
+
+def choose_java_home(explicit: Path | None = None, jvm_dir: Path = JVM_DIR) -> JavaHome:
+    """The JDK to run OpenSearch with, and why: an explicit one (argument, HYBRIDSEARCH_OPENSEARCH_JAVA_HOME or
+    OPENSEARCH_JAVA_HOME) must fit; JAVA_HOME is used if it fits; else the best of jvm_dir/* (17, 21, then
+    the newest in 11..21). Raises ConfigError naming what was found when nothing fits."""
+    if explicit is None:
+        explicit = get_settings().opensearch_java_home
+    if explicit is not None:
+        return _checked(Path(explicit), "opensearch_java_home")
+    if os.environ.get("OPENSEARCH_JAVA_HOME"):
+        return _checked(Path(os.environ["OPENSEARCH_JAVA_HOME"]), "OPENSEARCH_JAVA_HOME")
+    found: list[str] = []
+    candidates: list[tuple[Path, str]] = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append((Path(os.environ["JAVA_HOME"]), "JAVA_HOME"))
+    if jvm_dir.is_dir():
+        candidates += [(p, str(p)) for p in sorted(jvm_dir.iterdir()) if p.is_dir()]
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append((Path(on_path).resolve().parent.parent, "java on PATH"))
+    usable: list[JavaHome] = []
+    seen: set[Path] = set()
+    for path, source in candidates:
+        real = path.resolve()
+        if real in seen or not (real / "bin" / "java").is_file():
+            continue
+        seen.add(real)
+        try:
+            major, full = java_version(path)
+        except EngineUnavailableError as e:
+            found.append(f"{source}: {e}")
+            continue
+        reason = java_unsuitable_reason(major)
+        if reason is not None:
+            found.append(f"{path} (Java {full}): {reason}")
+            continue
+        if source == "JAVA_HOME":
+            return JavaHome(path, major, full)
+        usable.append(JavaHome(real, major, full))
+    if usable:
+        return min(usable, key=lambda j: _rank(j.major))
+    detail = "; ".join(found) if found else f"no JDK in {jvm_dir} and no java on PATH"
+    raise ConfigError(f"no JDK {MIN_JAVA}..{MAX_JAVA} for OpenSearch {OPENSEARCH_VERSION} found ({detail}); "
+                      "install one (apt-get install -y openjdk-17-jdk-headless) or set "
+                      "HYBRIDSEARCH_OPENSEARCH_JAVA_HOME")
+
+
+# ------------------------------------------------------------------------------------ processes, files
+
+
+def running_as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def default_home() -> Path:
+    """Where the distribution and nodes live: Settings.opensearch_home, else a cache dir the service user can
+    reach (as root /var/cache/hybridsearch/opensearch, since /root is mode 700)."""
+    configured = get_settings().opensearch_home
+    if configured is not None:
+        return Path(configured).expanduser().resolve()
+    if running_as_root():
+        return Path("/var/cache/hybridsearch/opensearch")
+    return Path.home() / ".cache" / "hybridsearch" / "opensearch"
+
+
+def ensure_service_user() -> pwd.struct_passwd:
+    """The system user the node runs as when we are root, created once."""
+    try:
+        return pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    r = subprocess.run([useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+                       capture_output=True, text=True)
+    try:
+        return pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        raise EngineUnavailableError(
+            f"OpenSearch refuses to run as root and the user {SERVICE_USER!r} could not be created "
+            f"(useradd exit {r.returncode}: {(r.stderr or r.stdout).strip()})") from None
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    os.lchown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def _proc_state(pid: int) -> str | None:
+    """The process state letter from /proc (None: no such process)."""
+    return _proc_state_of(f"/proc/{pid}/stat")
+
+
+def _proc_state_of(stat_path: str) -> str | None:
+    try:
+        data = Path(stat_path).read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return "?"
+    return data.rsplit(")", 1)[1].split()[0]
+
+
+def _proc_args(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def pid_alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie. A killed JVM's main thread turns zombie before its other
+    threads are gone (and with them its sockets and files), so every thread must be a zombie."""
+    if Path("/proc/self").exists():
+        state = _proc_state(pid)
+        if state is None:
+            return False
+        if state not in ("Z", "X"):
+            return True
+        try:
+            tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if t.name.isdigit()]
+        except OSError:
+            return False
+        return any(_proc_state_of(f"/proc/{pid}/task/{t}/stat") not in (None, "Z", "X") for t in tasks)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_port(avoid: set[int] | None = None) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not avoid or port not in avoid:
+            return port
+    raise EngineUnavailableError("no free port on 127.0.0.1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock so that two installs or two starts of the same node do not race."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _http_json(url: str, timeout: float) -> Any:
+    """GET url (no proxies: the node is on loopback) and decode the JSON answer."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as r:
+        return json.loads(r.read().decode())
+
+
+def _answers(url: str, timeout: float = 3.0) -> bool:
+    try:
+        _http_json(f"{url}/_cluster/health?wait_for_status=yellow&timeout=1s", timeout)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------- fetch, assemble
+
+
+def _stamp() -> dict[str, Any]:
+    """What the assembled distribution was built from; a difference means reassemble."""
+    return {
+        "opensearch": OPENSEARCH_VERSION,
+        "pins": [[p.coords, p.sha256, p.use] for p in PINS],
+        "modules": {name: [m.classname, m.policy] for name, m in MODULES.items()},
+    }
+
+
+def fetch_artifacts(dest: Path, progress: Progress | None = None) -> dict[Pin, Path]:
+    """Every pinned artifact in dest, fetched with `mvn dependency:copy` where missing and checked by SHA-256.
+    A file whose hash does not match is removed and named in the error with both hashes."""
+    dest.mkdir(parents=True, exist_ok=True)
+    pins = list(PINS)
+    missing = [p for p in pins if not ((dest / p.filename).is_file() and sha256_of(dest / p.filename) == p.sha256)]
+    if missing:
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise EngineUnavailableError(
+                f"Maven (mvn) is needed to fetch OpenSearch {OPENSEARCH_VERSION} from Maven Central but is not on "
+                "PATH; install it (apt-get install -y maven) and try again")
+        with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp_name:
+            tmp = Path(tmp_name)
+            out = tmp / "out"
+            items = "\n".join(
+                f"<artifactItem><groupId>{xml_escape(p.group)}</groupId><artifactId>{xml_escape(p.artifact)}"
+                f"</artifactId><version>{xml_escape(p.version)}</version><type>{xml_escape(p.type)}</type>"
+                "</artifactItem>" for p in missing)
+            # one Maven run for all artifacts (one `-Dartifact=` run each costs seconds of JVM start-up)
+            (tmp / "pom.xml").write_text(
+                '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+                "<groupId>local.hybridsearch</groupId><artifactId>opensearch-fetch</artifactId><version>0</version>"
+                "<packaging>pom</packaging><build><plugins><plugin><groupId>org.apache.maven.plugins</groupId>"
+                "<artifactId>maven-dependency-plugin</artifactId><configuration>"
+                f"<outputDirectory>{xml_escape(str(out))}</outputDirectory><artifactItems>{items}</artifactItems>"
+                "</configuration></plugin></plugins></build></project>\n")
+            for p in missing:
+                _say(progress, f"downloading {p.coords}")
+            r = subprocess.run([mvn, "-q", "-B", "-f", str(tmp / "pom.xml"), "dependency:copy"], cwd=tmp,
+                               capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if r.returncode != 0:
+                tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-20:])
+                raise EngineUnavailableError(f"mvn dependency:copy failed (exit {r.returncode}) fetching "
+                                             f"{', '.join(p.coords for p in missing)}:\n{tail}")
+            for p in missing:
+                got = out / p.filename
+                if not got.is_file():
+                    raise EngineUnavailableError(f"mvn did not produce {p.filename} for {p.coords}")
+                os.replace(got, dest / p.filename)
+    files: dict[Pin, Path] = {}
+    _say(progress, f"verifying the SHA-256 of {len(pins)} artifacts")
+    for p in pins:
+        path = dest / p.filename
+        actual = sha256_of(path)
+        if actual != p.sha256:
+            path.unlink(missing_ok=True)
+            m2 = Path.home() / ".m2" / "repository" / p.group.replace(".", "/") / p.artifact / p.version
+            raise EngineUnavailableError(
+                f"SHA-256 mismatch for {p.coords} ({p.filename}): expected {p.sha256}, got {actual}; the file was "
+                f"removed (if the Maven cache holds a bad copy, delete {m2} and try again)")
+        files[p] = path
+    return files
+
+
+def _extract_zip(archive: Path, dest: Path) -> None:
+    """Unzip keeping the Unix permissions (zipfile drops them, and bin/ must stay executable)."""
+    with zipfile.ZipFile(archive) as z:
+        for info in z.infolist():
+            target = Path(z.extract(info, dest))
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                target.chmod(mode)
+
+
+def _module_descriptor(name: str, module: Module) -> str:
+    return (f"description={name} module\nversion={OPENSEARCH_VERSION}\nname={name}\nclassname={module.classname}\n"
+            f"java.version=11\nopensearch.version={OPENSEARCH_VERSION}\ncustom.foldername=\nextended.plugins=\n"
+            "has.native.controller=false\n")
+
+
+def _run_tool(cmd: list[str], env: dict[str, str], what: str) -> None:
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-20:])
+        raise EngineUnavailableError(f"{what} failed (exit {r.returncode}):\n{tail}")
+
+
+def _clean_env(java: JavaHome) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("OPENSEARCH_") and k not in ("JAVA_HOME", "JAVA_TOOL_OPTIONS", "JAVA_OPTS")}
+    env["OPENSEARCH_JAVA_HOME"] = str(java.path)
+    return env
+
+
+def assemble(files: dict[Pin, Path], dest: Path, java: JavaHome, progress: Progress | None = None) -> None:
+    """Build the distribution in dest (which must not exist): unzip, add the modules, install the plugins."""
+    (dist_zip,) = [f for p, f in files.items() if p.use == "distribution"]
+    _say(progress, f"assembling OpenSearch {OPENSEARCH_VERSION} in {dest}")
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".unzip-") as tmp:
+        _extract_zip(dist_zip, Path(tmp))
+        top = [p for p in Path(tmp).iterdir()]
+        if len(top) != 1 or not (top[0] / "bin" / "opensearch").is_file():
+            raise EngineUnavailableError(f"{dist_zip.name} does not hold one OpenSearch directory")
+        os.replace(top[0], dest)
+    for name, module in MODULES.items():
+        _say(progress, f"adding module {name}")
+        mdir = dest / "modules" / name
+        mdir.mkdir(parents=True)
+        for p, f in files.items():
+            if p.use == f"module:{name}":
+                shutil.copy2(f, mdir / f.name)
+        (mdir / "plugin-descriptor.properties").write_text(_module_descriptor(name, module))
+        if module.policy:
+            (mdir / "plugin-security.policy").write_text(module.policy)
+    env = _clean_env(java)
+    env["OPENSEARCH_PATH_CONF"] = str(dest / "config")
+    for p, f in files.items():
+        if p.use == "plugin":
+            _say(progress, f"installing plugin {p.artifact}")
+            _run_tool([str(dest / "bin" / "opensearch-plugin"), "install", "--batch", f.resolve().as_uri()], env,
+                      f"opensearch-plugin install {p.artifact}")
+
+
+# ------------------------------------------------------------------------------------------- the node
+
+
+@dataclass
+class NodeStatus:
+    """What `status` reports."""
+
+    name: str
+    running: bool
+    url: str | None
+    pid: int | None
+    version: str | None
+    java_home: str | None
+    home: str
+    node_dir: str
+    installed: bool
+    user: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_HEAP_RE = re.compile(r"^[1-9]\d*[kKmMgG]?$")
+
+
+class LocalNode:
+    """One named node under home: the shared distribution in <home>/opensearch-2.19.1 and the node's own
+    config, data, logs, snapshots and state (node.json) in <home>/nodes/<name>."""
+
+    def __init__(self, home: Path | str | None = None, name: str = "default") -> None:
+        if not _NAME_RE.match(name):
+            raise ConfigError(f"bad node name {name!r}: use letters, digits, '_', '.', '-'")
+        self.home = (Path(home).expanduser().resolve() if home is not None else default_home())
+        self.name = name
+
+    # paths
+    @property
+    def dist_dir(self) -> Path:
+        return self.home / f"opensearch-{OPENSEARCH_VERSION}"
+
+    @property
+    def downloads_dir(self) -> Path:
+        return self.home / "downloads"
+
+    @property
+    def node_dir(self) -> Path:
+        return self.home / "nodes" / self.name
+
+    @property
+    def data_dir(self) -> Path:
+        return self.node_dir / "data"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.node_dir / "logs"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.node_dir / "config"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.node_dir / "snapshots"
+
+    @property
+    def state_file(self) -> Path:
+        return self.node_dir / "node.json"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.node_dir / "run" / "opensearch.pid"
+
+    @property
+    def log_file(self) -> Path:
+        """The node's main log (log4j names it after cluster.name)."""
+        return self.logs_dir / "hybridsearch.log"
+
+    @property
+    def launch_log(self) -> Path:
+        """stdout and stderr of bin/opensearch (start-up errors before logging is set up land here)."""
+        return self.logs_dir / "launch.log"
+
+    # install
+    def installed(self) -> bool:
+        """True if the distribution is assembled from the current pins."""
+        try:
+            stamp = json.loads((self.dist_dir / STAMP_NAME).read_text())
+        except (OSError, ValueError):
+            return False
+        return bool(stamp == _stamp() and (self.dist_dir / "bin" / "opensearch").is_file())
+
+    def install(self, progress: Progress | None = None) -> Path:
+        """Fetch, verify and assemble the distribution once (again only when a pin changed); returns its dir."""
+        if self.installed():
+            return self.dist_dir
+        self._make_home()
+        with _file_lock(self.home / ".install.lock"):
+            if self.installed():
+                return self.dist_dir
+            busy = self._running_nodes()
+            if busy:
+                raise EngineUnavailableError(
+                    f"the distribution in {self.dist_dir} must be reassembled but node(s) {', '.join(busy)} run from "
+                    "it; stop them first (hybridsearch opensearch stop --name NAME)")
+            for stale in self.home.glob(".assemble-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            files = fetch_artifacts(self.downloads_dir, progress)
+            java = choose_java_home()
+            work = Path(tempfile.mkdtemp(dir=self.home, prefix=".assemble-"))
+            try:
+                new = work / self.dist_dir.name
+                assemble(files, new, java, progress)
+                (new / STAMP_NAME).write_text(json.dumps(_stamp(), indent=1) + "\n")
+                if running_as_root():
+                    user = ensure_service_user()
+                    _chown_tree(new, user.pw_uid, user.pw_gid)
+                if self.dist_dir.exists():
+                    os.replace(self.dist_dir, work / "old")
+                os.replace(new, self.dist_dir)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            _say(progress, f"OpenSearch {OPENSEARCH_VERSION} assembled in {self.dist_dir}")
+        return self.dist_dir
+
+    def _make_home(self) -> None:
+        for d in reversed([self.home, *self.home.parents]):
+            if not d.exists():
+                d.mkdir(mode=0o755)
+                d.chmod(0o755)  # whatever the umask: the service user must get through
+
+    def _running_nodes(self) -> list[str]:
+        nodes = self.home / "nodes"
+        if not nodes.is_dir():
+            return []
+        return [d.name for d in sorted(nodes.iterdir())
+                if d.is_dir() and _NAME_RE.match(d.name) and LocalNode(self.home, d.name).running_pid() is not None]
+
+    # process
+    def _read_state(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _is_node_process(self, pid: int) -> bool:
+        if not pid_alive(pid):
+            return False
+        if not Path("/proc/self").exists():
+            return True
+        args = _proc_args(pid)
+        return BOOTSTRAP_CLASS in args and f"-Dopensearch.path.conf={self.config_dir}" in args
+
+    def _scan_processes(self) -> list[int]:
+        """Live OpenSearch processes that run with this node's config dir."""
+        proc = Path("/proc")
+        if not proc.is_dir():
+            return []
+        return [int(p.name) for p in proc.iterdir() if p.name.isdigit() and self._is_node_process(int(p.name))]
+
+    def running_pid(self) -> int | None:
+        """The pid of this node's OpenSearch process if it is alive (state file, pid file, then /proc)."""
+        candidates: list[int] = []
+        state_pid = self._read_state().get("pid")
+        if isinstance(state_pid, int):
+            candidates.append(state_pid)
+        with contextlib.suppress(OSError, ValueError):
+            candidates.append(int(self.pid_file.read_text().strip()))
+        for pid in candidates:
+            if self._is_node_process(pid):
+                return pid
+        found = self._scan_processes()
+        return found[0] if found else None
+
+    @property
+    def pid(self) -> int | None:
+        return self.running_pid()
+
+    @property
+    def url(self) -> str | None:
+        """The URL of the running node (None when it is not running)."""
+        url = self._read_state().get("url")
+        return url if isinstance(url, str) and self.running_pid() is not None else None
+
+    def is_running(self) -> bool:
+        return self.running_pid() is not None
+
+    def _wait_gone(self, pids: list[int], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while any(pid_alive(p) for p in pids):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def _signal(self, pid: int, sig: signal.Signals) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as e:
+            raise EngineUnavailableError(f"cannot signal OpenSearch pid {pid} of node {self.name!r}: {e}") from None
+
+    # start
+    def _choose_port(self, port: int | None, transport_avoid: set[int]) -> int:
+        if port is None:
+            port = get_settings().opensearch_port
+        if port is not None:
+            if not _port_free(port):
+                raise EngineUnavailableError(f"port {port} on 127.0.0.1 is in use; pick another (--port, "
+                                             "HYBRIDSEARCH_OPENSEARCH_PORT) or leave it unset for a free one")
+            return port
+        previous = self._read_state().get("port")  # keep the URL across restarts (after a crash) when we can
+        if isinstance(previous, int):
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                if _port_free(previous):
+                    return previous
+                time.sleep(0.2)
+        return _free_port(transport_avoid)
+
+    def _write_config(self, port: int, transport_port: int) -> None:
+        src = self.dist_dir / "config"
+        for entry in src.iterdir():
+            if entry.name in ("opensearch.yml", "opensearch.keystore"):
+                continue
+            target = self.config_dir / entry.name
+            if entry.is_dir():
+                shutil.copytree(entry, target, dirs_exist_ok=True)
+            else:
+                shutil.copy2(entry, target)
+        # jvm.options writes heap dumps, fatal error logs and gc logs relative to the distribution: point them here
+        jvm = (src / "jvm.options").read_text()
+        jvm = jvm.replace("-XX:HeapDumpPath=data", f"-XX:HeapDumpPath={self.logs_dir}")
+        jvm = jvm.replace("=logs/", f"={self.logs_dir}/")
+        (self.config_dir / "jvm.options").write_text(jvm)
+
+        def q(value: object) -> str:
+            return json.dumps(str(value))
+
+        (self.config_dir / "opensearch.yml").write_text(
+            "# written by hybridsearch (hybridsearch/engines/opensearch/node.py) at each start\n"
+            f"cluster.name: hybridsearch\nnode.name: {q(self.name)}\ndiscovery.type: single-node\n"
+            f"network.host: 127.0.0.1\nhttp.port: {port}\ntransport.port: {transport_port}\n"
+            "cluster.routing.allocation.disk.threshold_enabled: false\n"
+            f"path.data: {q(self.data_dir)}\npath.logs: {q(self.logs_dir)}\npath.repo: {q(self.snapshots_dir)}\n")
+
+    def _check_reachable(self) -> None:
+        """As root the node runs as the service user: it must be able to get to home."""
+        if shutil.which("runuser") is None:
+            raise EngineUnavailableError("OpenSearch refuses to run as root and `runuser` (util-linux), which runs it "
+                                         f"as the user {SERVICE_USER!r}, is not on PATH")
+        r = subprocess.run(["runuser", "-u", SERVICE_USER, "--", "test", "-x", str(self.home)],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        blocker = next((str(d) for d in reversed([self.home, *self.home.parents])
+                        if d.exists() and not d.stat().st_mode & stat.S_IXOTH), None)
+        why = f"{blocker} is not searchable by others (mode {stat.filemode(Path(blocker).stat().st_mode)})" \
+            if blocker else (r.stderr.strip() or "test -x failed")
+        raise ConfigError(f"the OpenSearch service user {SERVICE_USER!r} cannot reach {self.home}: {why}; choose a "
+                          "home it can reach (--home, HYBRIDSEARCH_OPENSEARCH_HOME), e.g. "
+                          "/var/cache/hybridsearch/opensearch")
+
+    def _prepare_dirs(self) -> pwd.struct_passwd | None:
+        self.node_dir.mkdir(parents=True, exist_ok=True)
+        for d in (self.home / "nodes", self.node_dir):
+            d.chmod(0o755)
+        dirs = [self.data_dir, self.logs_dir, self.snapshots_dir, self.config_dir, self.node_dir / "tmp",
+                self.pid_file.parent]
+        for d in dirs:
+            d.mkdir(exist_ok=True)
+        if not running_as_root():
+            return None
+        user = ensure_service_user()
+        for d in dirs:
+            _chown_tree(d, user.pw_uid, user.pw_gid)
+        if self.dist_dir.stat().st_uid != user.pw_uid:
+            _chown_tree(self.dist_dir, user.pw_uid, user.pw_gid)
+        return user
+
+    def _failure(self, what: str, launch_rc: int | None = None) -> EngineUnavailableError:
+        parts = [what]
+        if launch_rc is not None:
+            parts[0] += f" (bin/opensearch exited {launch_rc})"
+        for path in (self.log_file, self.launch_log):
+            tail = _tail(path)
+            parts.append(f"--- last lines of {path} ---\n{tail}" if tail else f"--- {path}: empty or missing ---")
+        return EngineUnavailableError("\n".join(parts))
+
+    def _kill_launch(self, launcher: subprocess.Popen[bytes]) -> None:
+        """Stop everything a failed start left: the launcher's process group and the node's JVM."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            launcher.wait(timeout=10)
+        pids = self._scan_processes()
+        for pid in pids:
+            with contextlib.suppress(EngineUnavailableError):
+                self._signal(pid, signal.SIGKILL)
+        self._wait_gone(pids, 10)
+        self.pid_file.unlink(missing_ok=True)
+        self.state_file.unlink(missing_ok=True)
+
+    def start(self, port: int | None = None, timeout: float | None = None,
+              progress: Progress | None = None) -> str:
+        """Start the node (installing first if needed) and return its URL once the cluster is yellow or green.
+        If it already runs and answers, return its URL. timeout covers the launch, not the install."""
+        settings = get_settings()
+        timeout = settings.opensearch_start_timeout if timeout is None else timeout
+        heap = settings.opensearch_heap
+        if not _HEAP_RE.match(heap):
+            raise ConfigError(f"opensearch_heap {heap!r} is not a JVM size like 512m or 1g")
+        self._make_home()
+        if running_as_root():
+            ensure_service_user()
+            self._check_reachable()
+        existing = self._already_running(timeout)
+        if existing is not None:
+            return existing
+        java = choose_java_home()
+        self.install(progress)
+        with _file_lock(self.node_dir / ".start.lock"):
+            existing = self._already_running(timeout)
+            if existing is not None:
+                return existing
+            return self._launch(port, timeout, heap, java, progress)
+
+    def _already_running(self, timeout: float) -> str | None:
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        url = self._read_state().get("url")
+        if not isinstance(url, str):
+            raise EngineUnavailableError(f"node {self.name!r} runs (pid {pid}) but {self.state_file} has no URL; "
+                                         "stop it first (hybridsearch opensearch stop)")
+        deadline = time.monotonic() + timeout
+        while not _answers(url):
+            if time.monotonic() > deadline or not pid_alive(pid):
+                raise self._failure(f"node {self.name!r} runs (pid {pid}) but {url} does not answer; "
+                                    "stop it (hybridsearch opensearch stop) and start it again")
+            time.sleep(0.25)
+        return url
+
+    def _launch(self, port: int | None, timeout: float, heap: str, java: JavaHome, progress: Progress | None) -> str:
+        user = self._prepare_dirs()
+        http_port = self._choose_port(port, set())
+        transport_port = _free_port({http_port})
+        self._write_config(http_port, transport_port)
+        if user is not None:
+            _chown_tree(self.config_dir, user.pw_uid, user.pw_gid)
+        self.pid_file.unlink(missing_ok=True)
+        self.state_file.unlink(missing_ok=True)
+        url = f"http://127.0.0.1:{http_port}"
+        env = _clean_env(java)
+        env.update(OPENSEARCH_PATH_CONF=str(self.config_dir), OPENSEARCH_JAVA_OPTS=f"-Xms{heap} -Xmx{heap}",
+                   OPENSEARCH_TMPDIR=str(self.node_dir / "tmp"))
+        cmd = [str(self.dist_dir / "bin" / "opensearch"), "-d", "-p", str(self.pid_file)]
+        if user is not None:
+            cmd = ["runuser", "-u", SERVICE_USER, "--", *cmd]
+        _say(progress, f"starting OpenSearch node {self.name!r} on {url} (Java {java.version}, heap {heap})")
+        began = time.monotonic()
+        deadline = began + timeout
+        with self.launch_log.open("wb") as out:
+            launcher = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        env=env, cwd=self.dist_dir, start_new_session=True)
+        pid: int | None = None
+        seen: int | None = None
+        launcher_done: float | None = None
+        try:
+            while True:
+                rc = launcher.poll()
+                if rc not in (None, 0):
+                    raise self._failure(f"OpenSearch node {self.name!r} failed to start", rc)
+                if pid is None or not self._is_node_process(pid):
+                    pid = self.running_pid()
+                seen = pid or seen
+                if pid is None and rc == 0:
+                    # the launcher forked the JVM and left: a JVM that was seen and is gone, or never shows up, died
+                    launcher_done = launcher_done or time.monotonic()
+                    if seen is not None or time.monotonic() - launcher_done > 3.0:
+                        raise self._failure(f"OpenSearch node {self.name!r} exited during start-up")
+                remaining = deadline - time.monotonic()
+                if pid is not None and remaining > 0 and _answers(url, timeout=min(3.0, max(remaining, 0.1))):
+                    break
+                if time.monotonic() >= deadline:
+                    raise self._failure(f"OpenSearch node {self.name!r} did not answer at {url} within {timeout:g} s "
+                                        "(raise --timeout or HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT); stopped it")
+                time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        except BaseException:
+            self._kill_launch(launcher)
+            raise
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            launcher.wait(timeout=10)
+        version = None
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            version = _http_json(url, 5)["version"]["number"]
+        _write_json(self.state_file, {
+            "name": self.name, "pid": pid, "url": url, "port": http_port, "transport_port": transport_port,
+            "version": version, "java_home": str(java.path), "java_version": java.version, "heap": heap,
+            "user": SERVICE_USER if user is not None else _user_name(),
+            "home": str(self.home), "started_at": time.time(),
+        })
+        _say(progress, f"OpenSearch node {self.name!r} (pid {pid}) answers at {url} after "
+                       f"{time.monotonic() - began:.1f} s")
+        return url
+
+    # stop, kill, status
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Stop the node (SIGTERM, then SIGKILL after timeout s); returns the pid it stopped, None if not running."""
+        pid = self.running_pid()
+        if pid is None:
+            self.state_file.unlink(missing_ok=True)
+            return None
+        self._signal(pid, signal.SIGTERM)
+        if not self._wait_gone([pid], timeout):
+            self._signal(pid, signal.SIGKILL)
+            if not self._wait_gone([pid], 10):
+                raise EngineUnavailableError(f"OpenSearch pid {pid} of node {self.name!r} survived SIGKILL")
+        self.state_file.unlink(missing_ok=True)
+        self.pid_file.unlink(missing_ok=True)
+        return pid
+
+    def kill(self) -> int | None:
+        """SIGKILL the node and clean nothing up (state file, locks stay): for crash tests. Waits until it is gone."""
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        self._signal(pid, signal.SIGKILL)
+        self._wait_gone([pid], 10)
+        return pid
+
+    def status(self) -> NodeStatus:
+        """Whether the node runs, and where, with which Java and version."""
+        state = self._read_state()
+        pid = self.running_pid()
+        url = state.get("url") if pid is not None else None
+        version: str | None = None
+        if url:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                version = _http_json(url, 5)["version"]["number"]
+        java_home = state.get("java_home") if pid is not None else None
+        if java_home is None:
+            with contextlib.suppress(ConfigError, EngineUnavailableError):
+                java_home = str(choose_java_home().path)
+        return NodeStatus(name=self.name, running=pid is not None, url=url, pid=pid, version=version,
+                          java_home=java_home, home=str(self.home), node_dir=str(self.node_dir),
+                          installed=self.installed(), user=state.get("user") if pid is not None else None)

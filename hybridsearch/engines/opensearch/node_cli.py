@@ -1,0 +1,80 @@
+"""`hybridsearch opensearch start|stop|status`: run a local single-node OpenSearch on loopback.
+
+`start` prints the URL as the last line of stdout (CI: `URL=$(hybridsearch opensearch start | tail -1)`);
+progress goes to stderr. Errors are raised as HybridSearchError; the main CLI prints them and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the `opensearch` subcommand (start|stop|status) to an argparse subparsers object."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", type=Path, default=None,
+                        help="distribution and node directory (default: $HYBRIDSEARCH_OPENSEARCH_HOME, else "
+                        "~/.cache/hybridsearch/opensearch, or /var/cache/hybridsearch/opensearch as root)")
+    common.add_argument("--name", default="default", help="node name; each has its own data, logs and port "
+                        "(default: %(default)s)")
+
+    p = sub.add_parser("opensearch", help="run a local single-node OpenSearch 2.19.1 on 127.0.0.1",
+                       description="A local single-node OpenSearch 2.19.1 on 127.0.0.1, assembled from Maven Central "
+                       "artifacts (needs mvn and a JDK 11..21). As root it runs as the user 'hybridsearch'.")
+    actions = p.add_subparsers(dest="opensearch_action", required=True, metavar="{start,stop,status}")
+
+    s = actions.add_parser("start", parents=[common], help="install if needed, start, print the URL",
+                           description="Start the node (fetching and assembling OpenSearch the first time) and "
+                           "print its URL as the last line of stdout; a running node prints its URL again.")
+    s.add_argument("--port", type=int, default=None, help="HTTP port (default: $HYBRIDSEARCH_OPENSEARCH_PORT, else "
+                   "the node's previous port if free, else a free port)")
+    s.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds to wait for the node to answer "
+                   "(default: $HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT or 180)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+    actions.add_parser("stop", parents=[common], help="stop the node (SIGTERM, SIGKILL after 30 s)")
+
+    s = actions.add_parser("status", parents=[common], help="whether the node runs, its URL, pid, version",
+                           description="Print the node's status as key: value lines (exit 0 if it runs, 1 if not).")
+    s.add_argument("--json", action="store_true", help="print JSON")
+
+    p.set_defaults(func=cmd_opensearch)
+    return p
+
+
+def cmd_opensearch(args: argparse.Namespace) -> int:
+    """Run `hybridsearch opensearch start|stop|status`; returns the exit status."""
+    import sys
+
+    from hybridsearch.engines.opensearch.node import LocalNode, stderr_progress
+
+    node = LocalNode(home=args.home, name=args.name)
+    action = args.opensearch_action
+    if action == "start":
+        was = node.status()
+        if was.running and args.port is not None and was.url is not None and not was.url.endswith(f":{args.port}"):
+            print(f"node {node.name!r} already runs at {was.url}; --port {args.port} ignored", file=sys.stderr)
+        url = node.start(port=args.port, timeout=args.timeout, progress=None if args.quiet else stderr_progress)
+        if was.running and not args.quiet:
+            print(f"node {node.name!r} is already running (pid {was.pid})", file=sys.stderr)
+        print(url, flush=True)
+        return 0
+    if action == "stop":
+        pid = node.stop()
+        if pid is None:
+            print(f"OpenSearch node {node.name!r} is not running (home {node.home})")
+        else:
+            print(f"stopped OpenSearch node {node.name!r} (pid {pid})")
+        return 0
+    if action == "status":
+        st = node.status().to_dict()
+        if args.json:
+            print(json.dumps(st, indent=2))
+        else:
+            for key, value in st.items():
+                print(f"{key}: {'-' if value is None else str(value).lower() if isinstance(value, bool) else value}")
+        return 0 if st["running"] else 1
+    raise AssertionError(f"unknown action {action!r}")  # argparse only lets the three through

@@ -1,0 +1,132 @@
+"""Engine parity: the same corpus on two engines, the same queries, and how far their answers agree
+(per channel top-10 identity and overlap, nDCG@10, exact HDC scores, a fused profile)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from hybridsearch.embeddings import Encoder
+from hybridsearch.engines import BinarySearch, Engine, VectorSearch
+from hybridsearch.errors import UnsupportedCapabilityError
+from hybridsearch.metrics import evaluate
+from hybridsearch.models import Document, Query
+from indexer.loaders import LoadReport, load_qrels, load_queries
+from indexer.pipeline import load_documents
+from query_service.channels import HdcChannel, QueryContext
+from query_service.searcher import Searcher, adhoc_profile, get_profile
+
+
+def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500, progress: bool = False,
+                log: Callable[[str], None] = print) -> float:
+    """Write `dataset`'s documents into `dest` with the vectors `source` holds for them (no
+    re-embedding) and HDC codes from `dest`'s encoder; returns the seconds the writes took."""
+    if not isinstance(source, VectorSearch) or not isinstance(dest, BinarySearch):
+        raise UnsupportedCapabilityError("copying a corpus needs vectors in the source and HDC in the destination")
+    docs: Iterable[Document] = load_documents(dataset, "beir", LoadReport())
+    enc = dest.hdc_encoder()
+    seconds = 0.0
+    bar = tqdm(desc="copy", unit="doc", disable=not progress, leave=False)
+    it = iter(docs)
+    while chunk := list(islice(it, batch)):
+        vecs = source.vectors([d.id for d in chunk])
+        with_vec = [d for d in chunk if d.id in vecs]
+        codes = [enc.encode_document(d) for d in chunk]
+        t = time.perf_counter()
+        if with_vec:
+            dest.write(with_vec, np.vstack([vecs[d.id] for d in with_vec]),
+                       [c for d, c in zip(chunk, codes, strict=True) if d.id in vecs])
+        rest = [(d, c) for d, c in zip(chunk, codes, strict=True) if d.id not in vecs]
+        if rest:
+            dest.write([d for d, _ in rest], None, [c for _, c in rest])
+        seconds += time.perf_counter() - t
+        bar.update(len(chunk))
+    bar.close()
+    log(f"copied {dest.count()} documents in {seconds:.1f}s of writes")
+    return seconds
+
+
+@dataclass
+class ChannelParity:
+    queries: int = 0
+    identical_top10: float = 0.0  # share of queries whose top-10 ids are identical, in order
+    overlap_top10: float = 0.0  # mean |top10(a) ∩ top10(b)| / 10
+    ndcg: dict[str, float] = field(default_factory=dict)  # engine -> nDCG@10
+
+    @property
+    def ndcg_diff(self) -> float:
+        a, b = self.ndcg.values()
+        return abs(a - b)
+
+
+@dataclass
+class ParityReport:
+    channels: dict[str, ChannelParity] = field(default_factory=dict)
+    hdc_max_abs_diff: float = 0.0  # exact HDC channel scores, same candidates on both engines
+    hdc_scored: int = 0
+
+    def table(self) -> str:
+        names = list(next(iter(self.channels.values())).ndcg)
+        lines = [f"{'run':<10} {'top-10 identical':>17} {'top-10 overlap':>15} "
+                 + " ".join(f"{'nDCG@10 ' + n:>20}" for n in names) + f" {'|diff|':>8}"]
+        for ch, p in self.channels.items():
+            lines.append(f"{ch:<10} {p.identical_top10:>16.1%} {p.overlap_top10:>15.3f} "
+                         + " ".join(f"{p.ndcg[n]:>20.4f}" for n in names) + f" {p.ndcg_diff:>8.4f}")
+        lines.append(f"HDC exact scores: {self.hdc_scored} compared, max |diff| {self.hdc_max_abs_diff:.2e}")
+        return "\n".join(lines)
+
+
+def compare(dataset: Path, engines: dict[str, Engine], *, runs: Sequence[str] = ("bm25", "dense", "hybrid"),
+            split: str = "test", encoder: Encoder | None = None, hdc_queries: int = 50) -> ParityReport:
+    """Run each of `runs` (a channel alone, or a profile name) on both engines over `dataset`'s
+    queries and compare the rankings; compare exact HDC scores on the first `hdc_queries`."""
+    if len(engines) != 2:
+        raise ValueError("compare takes exactly two engines")
+    qrels = load_qrels(dataset, split)
+    queries = [q for q in load_queries(dataset) if q.id in qrels]
+    searchers = {n: Searcher(e, encoder=encoder) for n, e in engines.items()}
+    report = ParityReport()
+    try:
+        for run in runs:
+            profile = adhoc_profile([run], k=100) if run in ("bm25", "dense", "hdc") else get_profile(run)
+            rankings: dict[str, dict[str, list[str]]] = {n: {} for n in engines}
+            for q in queries:
+                for n, s in searchers.items():
+                    rankings[n][q.id] = [h.id for h in s.search(q.text, profile, k=100).hits]
+            p = ChannelParity(queries=len(queries))
+            a, b = rankings.values()
+            p.identical_top10 = sum(a[q][:10] == b[q][:10] for q in a) / max(1, len(a))
+            p.overlap_top10 = sum(len(set(a[q][:10]) & set(b[q][:10])) / max(1, min(10, len(a[q][:10]) or 1))
+                                  for q in a) / max(1, len(a))
+            p.ndcg = {n: evaluate(r, qrels)["ndcg@10"] for n, r in rankings.items()}
+            report.channels[run] = p
+        _compare_hdc(report, queries[:hdc_queries], engines)
+    finally:
+        for s in searchers.values():
+            s.close()
+    return report
+
+
+def _compare_hdc(report: ParityReport, queries: Sequence[Query], engines: dict[str, Engine]) -> None:
+    """The HDC channel's exact scores for the union of both engines' candidates."""
+    left, right = engines.values()
+    if not isinstance(left, BinarySearch) or not isinstance(right, BinarySearch):
+        return
+    for q in queries:
+        text = q.text
+        codes = left.hdc_encoder().encode_query(text)
+        cand = set(HdcChannel().retrieve(QueryContext(text), left, 50).ids)
+        cand |= set(HdcChannel().retrieve(QueryContext(text), right, 50).ids)
+        for f, code in codes.items():
+            sa, sb = left.hamming_score(code, f, sorted(cand)), right.hamming_score(code, f, sorted(cand))
+            if set(sa) != set(sb):
+                report.hdc_max_abs_diff = float("inf")
+            for i in sa.keys() & sb.keys():
+                report.hdc_max_abs_diff = max(report.hdc_max_abs_diff, abs(sa[i] - sb[i]))
+                report.hdc_scored += 1

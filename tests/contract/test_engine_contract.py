@@ -1,0 +1,245 @@
+"""The engine contract, one suite for every engine: the embedded engine always, OpenSearch whenever
+a node is configured (always in CI). Each test runs the same calls with the same expectations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hybridsearch.engines import (
+    BinarySearch,
+    Bm25Options,
+    Engine,
+    GraphStore,
+    LexicalSearch,
+    Neighbors,
+    VectorSearch,
+)
+from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.hdc import HdcEncoder
+from hybridsearch.models import DateRange, Document, Filters
+from hybridsearch.scoring import bm25_idf
+
+
+def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+DOCS = [
+    Document(id="a", title="Compact space", text="Every open cover has a finite subcover.",
+             subjects=["Topology"], year=1923, month=4, kind="definition", license="CC-BY-4.0",
+             source="topology.pdf", cites=["b"], role="definition", utility_acts="covering argument"),
+    Document(id="b", title="Heine–Borel theorem", text="A subset of R^n is compact iff closed and bounded.",
+             subjects=["analysis"], year=1895, kind="theorem", license="CC-BY-NC-4.0", source="analysis.pdf",
+             authors=["E. Heine", "É. Borel"], venue="Math. Ann."),
+    Document(id="c", title="C*-algebra", text="A Banach algebra with an involution and the C* identity.",
+             subjects=["analysis", "operator algebras"], year=1943, kind="definition", license="CC-BY-4.0",
+             cites=["b", "not-indexed"], metadata={"doi": "10.1/x", "rank": 2}),
+]
+VECS = unit_vectors(3)
+ENC = HdcEncoder()
+CODES = [ENC.encode_document(d) for d in DOCS]
+
+
+@pytest.fixture(params=["embedded", pytest.param("opensearch", marks=pytest.mark.opensearch)])
+def blank(request, tmp_path):
+    """An empty engine of each kind."""
+    if request.param == "opensearch":
+        yield request.getfixturevalue("opensearch_index")
+        return
+    from hybridsearch.engines import open_engine
+
+    e = open_engine(str(tmp_path / "idx"))
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def engine(blank):
+    blank.write(DOCS, VECS, CODES)
+    return blank
+
+
+def test_protocols_and_capabilities(engine) -> None:
+    for proto in (Engine, LexicalSearch, VectorSearch, BinarySearch, GraphStore):
+        assert isinstance(engine, proto), proto.__name__
+    assert {"lexical", "vector", "binary", "graph"} <= engine.capabilities
+
+
+def test_write_get_count_and_stats(engine) -> None:
+    assert engine.count() == 3
+    got = engine.get(["a", "c", "missing"])
+    assert set(got) == {"a", "c"} and got["a"] == DOCS[0] and got["c"] == DOCS[2]
+    info = engine.doc_info(["b"])["b"]
+    assert info.work_id == "b" and info.authors == ("E. Heine", "É. Borel") and info.venue == "Math. Ann."
+    st = engine.stats()
+    assert (st.documents, st.vectors, st.codes) == (3, 3, 3)
+    assert {"documents", "vectors", "hdc_codes"} <= set(st.as_dict())
+    engine.set_meta("corpus", {"fingerprint": "abc", "n": 3})
+    assert engine.get_meta("corpus") == {"fingerprint": "abc", "n": 3} and engine.get_meta("nothing") is None
+
+
+def test_bm25_finds_written_documents_and_weights_fields(engine) -> None:
+    assert engine.bm25("compact").ids == ["a", "b"]
+    assert engine.bm25("C-star algebra").ids == ["c"]  # the shared analysis on both engines
+    assert engine.bm25("compact", {"text": 1.0}).ids == ["b"]
+    assert engine.bm25("compact", {"title": 1.0}).ids == ["a"]
+    assert engine.bm25("zzzunknown").ids == [] and engine.bm25("").ids == []
+
+
+def test_most_fields_sums_and_best_fields_takes_the_max(engine) -> None:
+    engine.write([DOCS[0].model_copy(update={"text": "A compact space; every open cover is finite."})])
+    t = engine.bm25("compact", {"title": 1.0}).scores[0]
+    x = dict(engine.bm25("compact", {"text": 1.0}, 3).items())["a"]
+    most = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3).items())["a"]
+    best0 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3,
+                             options=Bm25Options("best_fields", tie_breaker=0.0)).items())["a"]
+    best5 = dict(engine.bm25("compact", {"title": 1.0, "text": 1.0}, 3,
+                             options=Bm25Options("best_fields", tie_breaker=0.5)).items())["a"]
+    assert most == pytest.approx(t + x, rel=1e-5)
+    assert best0 == pytest.approx(max(t, x), rel=1e-5)
+    assert best5 == pytest.approx(max(t, x) + 0.5 * min(t, x), rel=1e-5)
+    boosted = engine.bm25("compact", options=Bm25Options(role_boost=2.0)).scores
+    assert boosted == pytest.approx([2 * s for s in engine.bm25("compact").scores])
+
+
+def test_bm25_with_other_k1_is_the_exact_formula(engine) -> None:
+    """k1=1.5 rescoring: one field, one term, so the formula is checkable by hand from the
+    engine's own statistics (average length over all documents)."""
+    docs = {d.id: d for d in DOCS}
+    stats = engine.term_stats(["compact"])
+    n = stats.num_docs
+    lengths = {i: len(engine.analyzer.analyze(d.text)) for i, d in docs.items()}
+    avg = sum(lengths.values()) / n
+    got = dict(engine.bm25("compact", {"text": 1.0}, 3, options=Bm25Options(k1=1.5, b=0.75)).items())
+    idf = bm25_idf(n, 1)
+    norm = 1.5 * (1 - 0.75 + 0.75 * lengths["b"] / avg)
+    assert set(got) == {"b"} and got["b"] == pytest.approx(idf * 1 * 2.5 / (1 + norm), rel=1e-9)
+
+
+def test_term_stats(engine) -> None:
+    stats = engine.term_stats(["compact", "algebra", "zzunseen"])
+    assert stats.num_docs == 3
+    assert stats.terms["compact"].df == 1  # the field where it is most frequent: title and text have 1 each
+    assert stats.terms["algebra"].df == 1 and stats.terms["zzunseen"].df == 0
+    assert stats.terms["compact"].idf == pytest.approx(math.log(1 + (3 - 1 + 0.5) / 1.5))
+
+
+def test_dense_scores_are_raw_cosine(engine) -> None:
+    hit = engine.knn(VECS[1], 1)
+    assert hit.ids == ["b"] and hit.scores[0] == pytest.approx(1.0, abs=1e-5)
+    q = unit_vectors(1, seed=5)[0]
+    rl = engine.knn(q, 3)
+    expected = {d.id: float(VECS[i] @ q) for i, d in enumerate(DOCS)}
+    assert rl.ids == sorted(expected, key=lambda i: -expected[i])
+    assert rl.scores == pytest.approx([expected[i] for i in rl.ids], abs=1e-5)
+    exact = engine.vector_score(q, ["a", "b", "missing"])
+    assert set(exact) == {"a", "b"} and exact["a"] == pytest.approx(expected["a"], abs=1e-6)
+    vecs = engine.vectors(["c", "missing"])
+    assert set(vecs) == {"c"} and np.allclose(vecs["c"], VECS[2], atol=1e-7)
+    with pytest.raises(QueryError, match="384 finite numbers"):
+        engine.knn(np.zeros(10, dtype=np.float32), 3)
+    with pytest.raises(QueryError, match="384 finite numbers"):
+        engine.vector_score(np.full(384, np.nan, dtype=np.float32), ["a"])
+
+
+def test_hamming_scores_are_exact_similarities(engine) -> None:
+    q = ENC.encode_query("compact open cover")
+    hits = engine.hamming(CODES[0]["topic"], "topic", 3)
+    assert hits.ids[0] == "a" and hits.scores[0] == 1.0
+    exact = engine.hamming_score(q["claim"], "claim", ["a", "b", "c", "missing"])
+    for i, d in enumerate(DOCS[:3]):
+        d_bits = int(np.unpackbits(np.bitwise_xor(q["claim"], CODES[i]["claim"])).sum())
+        assert exact[d.id] == pytest.approx(1 - d_bits / 4096, abs=1e-12)
+    # role is empty on b and c: no code, never matches
+    assert set(engine.hamming_score(CODES[0]["role"], "role", ["a", "b", "c"])) == {"a"}
+    assert engine.hamming(CODES[0]["role"], "role", 5).ids == ["a"]
+    with pytest.raises(QueryError, match="unknown HDC field 'tags'; valid: topic, claim, role, acts"):
+        engine.hamming(q["topic"], "tags", 3)
+    assert engine.hdc_encoder().ngrams is False
+
+
+@pytest.mark.parametrize(("filters", "bm25_ids", "dense_ids"), [
+    (Filters(subjects=["topology"]), {"a"}, {"a"}),
+    (Filters(subjects=["ANALYSIS"]), {"b"}, {"b", "c"}),
+    (Filters(subjects=[" Operator Algebras "]), set(), {"c"}),
+    (Filters(kind=["theorem"]), {"b"}, {"b"}),
+    (Filters(license=["cc-by-4.0"]), {"a"}, {"a", "c"}),
+    (Filters(sources=["analysis.pdf"]), {"b"}, {"b"}),
+    (Filters(sources=["ANALYSIS.pdf"]), set(), set()),
+    (Filters(date_range=DateRange(gte="1900", lte="1930")), {"a"}, {"a"}),
+    (Filters(date_range=DateRange(gte="1923-05")), set(), {"c"}),
+    (Filters(date_range=DateRange(gte="1923-04", lte="1923-04")), {"a"}, {"a"}),
+    (Filters(date_range=DateRange(lte=1900)), {"b"}, {"b"}),
+    (Filters(subjects=["analysis"], date_range=DateRange(gte=1940)), set(), {"c"}),
+])
+def test_filters_mean_the_same_in_every_channel(engine, filters, bm25_ids, dense_ids) -> None:
+    assert set(engine.bm25("compact", k=10, filters=filters).ids) == bm25_ids
+    assert set(engine.knn(VECS[0], 10, filters).ids) == dense_ids
+    assert set(engine.hamming(CODES[0]["topic"], "topic", 10, filters).ids) == dense_ids
+
+
+def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
+    new_vec = unit_vectors(1, seed=9)
+    new = Document(id="a", title="Connectedness", text="No separation into open sets.")
+    engine.write([new], new_vec, [ENC.encode_document(new)])
+    assert "a" not in engine.bm25("compact").ids and engine.bm25("connectedness").ids == ["a"]
+    assert engine.knn(new_vec[0], 1).ids == ["a"] and engine.knn(VECS[0], 3).ids.count("a") == 1
+    assert engine.hamming(ENC.encode_document(new)["topic"], "topic", 1).ids == ["a"]
+    assert engine.get(["a"])["a"] == new and engine.count() == 3
+    assert engine.delete(["b", "nope"]) == ["b"]
+    assert "b" not in engine.bm25("compact").ids and "b" not in engine.knn(VECS[1], 3).ids
+    assert "b" not in engine.hamming(CODES[1]["topic"], "topic", 3).ids
+    assert engine.count() == 2 and engine.get(["b"]) == {}
+
+
+def test_vectors_and_codes_follow_the_text(engine) -> None:
+    # same dense text, no vectors given: the vector stays; changed text: it is dropped
+    engine.write([DOCS[2].model_copy(update={"subjects": ["algebra"]})])
+    assert engine.knn(VECS[2], 1).ids == ["c"] and engine.missing_vectors() == []
+    engine.write([DOCS[1].model_copy(update={"text": "Entirely new statement."})])
+    assert "b" not in engine.knn(VECS[1], 3).ids
+    assert [i for i, _ in engine.missing_vectors()] == ["b"]
+    # written without codes: the stale codes are gone
+    assert sorted(i for i, _ in engine.missing_codes()) == ["b", "c"]
+    assert engine.set_vectors(["b", "unknown"], unit_vectors(2, seed=4)) == 1
+    assert engine.knn(unit_vectors(2, seed=4)[0], 1).ids == ["b"] and engine.missing_vectors() == []
+    assert engine.set_codes(["b"], [ENC.encode_document(engine.get(["b"])["b"])]) == 1
+    assert [i for i, _ in engine.missing_codes()] == ["c"] and engine.stats().codes == 2
+
+
+def test_neighbors(engine) -> None:
+    nb = engine.neighbors(["a", "b", "c", "missing"])
+    assert nb == {"a": Neighbors(("b",), ()), "b": Neighbors((), ("a", "c")),
+                  "c": Neighbors(("b", "not-indexed"), ())}
+    engine.delete(["a"])
+    assert engine.neighbors(["b"])["b"].cited_by == ("c",)
+
+
+def test_bad_input_is_rejected_and_nothing_is_stored(engine) -> None:
+    bad = VECS.copy()
+    bad[1, 3] = np.nan
+    changed = [d.model_copy(update={"title": "changed"}) for d in DOCS]
+    with pytest.raises(ValidationError, match="row 1 has a non-finite"):
+        engine.write(changed, bad)
+    with pytest.raises(ValidationError, match="shape"):
+        engine.write(changed, VECS[:2])
+    with pytest.raises(ValidationError, match="duplicate id"):
+        engine.write([changed[0], changed[0]])
+    with pytest.raises(ValidationError, match="512 uint8"):
+        engine.write(changed[:1], codes=[{"topic": np.zeros(10, dtype=np.uint8)}])
+    with pytest.raises(QueryError, match="mode must be one of most_fields, best_fields"):
+        engine.bm25("x", options=Bm25Options(mode="sum"))  # type: ignore[arg-type]
+    with pytest.raises(QueryError, match="tie_breaker"):
+        engine.bm25("x", options=Bm25Options(tie_breaker=float("nan")))
+    assert engine.get(["a"])["a"].title == "Compact space"
+
+
+def test_an_empty_engine_answers_empty(blank) -> None:
+    blank.write([Document(id="only", title="Lonely", text="x")])
+    blank.delete(["only"])
+    assert blank.count() == 0 and blank.bm25("lonely").ids == [] and blank.knn(VECS[0], 5).ids == []
+    assert blank.neighbors(["only"]) == {} and blank.missing_vectors() == []

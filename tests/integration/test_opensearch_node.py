@@ -1,0 +1,358 @@
+"""The local OpenSearch launcher against a real node: install, start, plugins, k-NN, analyzers, restart after
+SIGKILL, stop, and its failure messages. Skips without mvn or a JDK 11..21 unless
+HYBRIDSEARCH_REQUIRE_OPENSEARCH=1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hybridsearch.engines.opensearch import node as node_mod
+from hybridsearch.engines.opensearch.node import (
+    OPENSEARCH_VERSION,
+    SERVICE_USER,
+    JavaHome,
+    LocalNode,
+    choose_java_home,
+    java_unsuitable_reason,
+    parse_java_version,
+)
+from hybridsearch.engines.opensearch.node_cli import add_parser
+from hybridsearch.errors import ConfigError, EngineUnavailableError
+
+NODE_MARKS = [pytest.mark.integration, pytest.mark.opensearch, pytest.mark.slow]
+SETTINGS_ENV = ("HYBRIDSEARCH_OPENSEARCH_PORT", "HYBRIDSEARCH_OPENSEARCH_HOME", "HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT")
+
+
+def _require() -> bool:
+    return os.environ.get("HYBRIDSEARCH_REQUIRE_OPENSEARCH", "").lower() in ("1", "true", "yes")
+
+
+def _unavailable(reason: str) -> None:
+    if _require():
+        pytest.fail(f"HYBRIDSEARCH_REQUIRE_OPENSEARCH is set but {reason}")
+    pytest.skip(reason)
+
+
+def _call(method: str, url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=30) as r:
+        return json.loads(r.read().decode())
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    """Live processes whose command line mentions text (launcher, JVM helpers, the node)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and node_mod.pid_alive(int(p.name)):
+            try:
+                if text in (p / "cmdline").read_bytes().decode(errors="replace"):
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out
+
+
+def _uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for pid {pid}")
+
+
+def _cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="hybridsearch")
+    add_parser(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(argv)
+    return int(args.func(args))
+
+
+# ------------------------------------------------------------------------------------------ unit level
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('openjdk version "17.0.15" 2025-04-15\nOpenJDK Runtime Environment (build 17.0.15+6)', (17, "17.0.15")),
+    ('java version "1.8.0_392"\nJava(TM) SE Runtime Environment', (8, "1.8.0_392")),
+    ('openjdk version "25.0.3" 2026-04-21 LTS', (25, "25.0.3")),
+    ('openjdk version "21-ea" 2023-09-19', (21, "21-ea")),
+    ('Picked up JAVA_TOOL_OPTIONS: -Xmx1g\nopenjdk version "11.0.22" 2024-01-16', (11, "11.0.22")),
+    ("no version here", None),
+])
+def test_parse_java_version(text: str, expected: tuple[int, str] | None) -> None:
+    assert parse_java_version(text) == expected
+
+
+def test_java_suitability() -> None:
+    assert java_unsuitable_reason(17) is None
+    assert java_unsuitable_reason(11) is None
+    assert java_unsuitable_reason(21) is None
+    assert "Security Manager" in (java_unsuitable_reason(25) or "")
+    assert "Security Manager" in (java_unsuitable_reason(24) or "")
+    assert java_unsuitable_reason(8) is not None
+
+
+def _fake_jdk(root: Path, name: str, version: str) -> Path:
+    home = root / name
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f'#!/bin/sh\necho \'openjdk version "{version}" 2024-01-01\' >&2\n')
+    java.chmod(0o755)
+    return home
+
+
+@pytest.fixture
+def no_java_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("JAVA_HOME", "OPENSEARCH_JAVA_HOME", "HYBRIDSEARCH_OPENSEARCH_JAVA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no `java` on PATH: only the fake JDKs count
+
+
+def test_choose_java_prefers_17_then_21(tmp_path: Path, no_java_env: None) -> None:
+    jvm = tmp_path / "jvm"
+    for name, version in [("jdk-25", "25.0.1"), ("jdk-11", "11.0.22"), ("jdk-21", "21.0.2"), ("jdk-17", "17.0.9"),
+                          ("jdk-8", "1.8.0_392")]:
+        _fake_jdk(jvm, name, version)
+    assert choose_java_home(jvm_dir=jvm) == JavaHome((jvm / "jdk-17").resolve(), 17, "17.0.9")
+    shutil.rmtree(jvm / "jdk-17")
+    assert choose_java_home(jvm_dir=jvm).major == 21
+    shutil.rmtree(jvm / "jdk-21")
+    assert choose_java_home(jvm_dir=jvm).major == 11
+
+
+def test_choose_java_refuses_24_plus_and_names_what_it_found(tmp_path: Path, no_java_env: None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    jvm = tmp_path / "jvm"
+    j25 = _fake_jdk(jvm, "temurin-25", "25.0.3")
+    _fake_jdk(jvm, "jdk-8", "1.8.0_392")
+    with pytest.raises(ConfigError) as err:
+        choose_java_home(jvm_dir=jvm)
+    msg = str(err.value)
+    assert "temurin-25" in msg and "Security Manager" in msg and "jdk-8" in msg
+    # an explicit JDK that does not fit is an error, not silently replaced
+    with pytest.raises(ConfigError, match="Security Manager"):
+        choose_java_home(j25, jvm_dir=jvm)
+    # JAVA_HOME that does not fit is passed over for one that does
+    j17 = _fake_jdk(jvm, "jdk-17", "17.0.9")
+    monkeypatch.setenv("JAVA_HOME", str(j25))
+    assert choose_java_home(jvm_dir=jvm).path == j17.resolve()
+
+
+def test_missing_mvn_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_which = shutil.which
+    monkeypatch.setattr(node_mod.shutil, "which", lambda cmd, *a, **k: None if cmd == "mvn" else real_which(cmd))
+    with pytest.raises(EngineUnavailableError, match=r"apt-get install -y maven"):
+        node_mod.fetch_artifacts(tmp_path / "downloads")
+
+
+# ----------------------------------------------------------------------------------------- a real node
+
+
+@pytest.fixture(scope="module")
+def prereqs() -> JavaHome:
+    if shutil.which("mvn") is None:
+        _unavailable("mvn is not on PATH (apt-get install -y maven): the node is assembled from Maven Central")
+    try:
+        return choose_java_home()
+    except ConfigError as e:
+        _unavailable(str(e))
+        raise
+
+
+@pytest.fixture(scope="module")
+def node_env() -> Iterator[None]:
+    """Settings from the developer's environment must not steer the test nodes; a smaller heap is enough."""
+    with pytest.MonkeyPatch.context() as mp:
+        for var in SETTINGS_ENV:
+            mp.delenv(var, raising=False)
+        mp.setenv("HYBRIDSEARCH_OPENSEARCH_HEAP", "512m")
+        yield
+
+
+@pytest.fixture(scope="module")
+def node_home(tmp_path_factory: pytest.TempPathFactory, prereqs: JavaHome, node_env: None) -> Iterator[Path]:
+    """A fresh home. As root the node runs as the service user, which cannot get through pytest's
+    /tmp/pytest-of-root (mode 700), so then the home is a world-searchable dir of its own in /tmp."""
+    if os.geteuid() != 0:
+        yield tmp_path_factory.mktemp("opensearch-home")
+        return
+    home = Path(tempfile.mkdtemp(prefix="hybridsearch-node-test-"))
+    home.chmod(0o755)
+    try:
+        yield home
+    finally:
+        for d in sorted((home / "nodes").glob("*")):
+            LocalNode(home, d.name).stop(timeout=10)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def running(node_home: Path) -> Iterator[tuple[LocalNode, str]]:
+    node = LocalNode(node_home, "it")
+    url = node.start(timeout=240, progress=lambda m: None)
+    try:
+        yield node, url
+    finally:
+        node.stop(timeout=10)
+
+
+@pytest.mark.integration
+@pytest.mark.opensearch
+@pytest.mark.slow
+class TestLocalNode:
+    def test_start_answers_with_version_plugins_and_modules(self, running: tuple[LocalNode, str]) -> None:
+        node, url = running
+        assert url.startswith("http://127.0.0.1:")
+        assert _call("GET", url)["version"]["number"] == OPENSEARCH_VERSION
+        health = _call("GET", f"{url}/_cluster/health")
+        assert health["status"] in ("green", "yellow") and health["cluster_name"] == "hybridsearch"
+        components = {row["component"] for row in _call("GET", f"{url}/_cat/plugins?format=json")}
+        assert {"opensearch-knn", "opensearch-neural-search"} <= components
+        (info,) = _call("GET", f"{url}/_nodes/plugins")["nodes"].values()
+        modules = {m["name"] for m in info["modules"]}
+        assert {"lang-painless", "analysis-common", "reindex", "transport-netty4"} <= modules
+        assert {"opensearch-knn", "opensearch-neural-search"} <= {p["name"] for p in info["plugins"]}
+        assert node.data_dir.is_dir() and any(node.data_dir.iterdir())
+
+    def test_second_start_returns_the_same_node(self, running: tuple[LocalNode, str]) -> None:
+        node, url = running
+        pid = node.pid
+        assert pid is not None
+        assert node.start(timeout=30) == url
+        again = LocalNode(node.home, node.name)  # another process would see it through the state file
+        assert again.start(timeout=30) == url
+        assert again.pid == pid
+
+    def test_status_reports_running(self, running: tuple[LocalNode, str]) -> None:
+        node, url = running
+        st = node.status()
+        assert st.running and st.url == url and st.pid == node.pid
+        assert st.version == OPENSEARCH_VERSION
+        assert st.java_home and (Path(st.java_home) / "bin" / "java").exists()
+        assert st.home == str(node.home) and st.installed
+
+    def test_node_does_not_run_as_root(self, running: tuple[LocalNode, str]) -> None:
+        node, _ = running
+        assert node.pid is not None
+        uid = _uid_of(node.pid)
+        if os.geteuid() == 0:
+            assert uid != 0
+            assert uid == pwd.getpwnam(SERVICE_USER).pw_uid
+        else:
+            assert uid == os.geteuid()
+
+    def test_lucene_binary_hamming_knn(self, running: tuple[LocalNode, str]) -> None:
+        _, url = running
+        _call("PUT", f"{url}/bits", {
+            "settings": {"index": {"knn": True, "number_of_shards": 1, "number_of_replicas": 0}},
+            "mappings": {"properties": {"v": {
+                "type": "knn_vector", "dimension": 16, "data_type": "binary",
+                "method": {"name": "hnsw", "engine": "lucene", "space_type": "hamming"}}}},
+        })
+        vectors = {"a": [0, 0], "b": [15, 0], "c": [-1, -1]}  # 16 bits as 2 signed bytes
+        for doc_id, v in vectors.items():
+            _call("PUT", f"{url}/bits/_doc/{doc_id}?refresh=true", {"v": v})
+        hits = _call("POST", f"{url}/bits/_search", {"size": 3, "query": {"knn": {"v": {"vector": [1, 0], "k": 3}}}})
+        assert [h["_id"] for h in hits["hits"]["hits"]] == ["a", "b", "c"]  # hamming 1, 3, 15
+
+    def test_english_analyzer(self, running: tuple[LocalNode, str]) -> None:
+        _, url = running
+        out = _call("POST", f"{url}/_analyze", {"analyzer": "english", "text": "The foxes were running"})
+        assert [t["token"] for t in out["tokens"]] == ["fox", "were", "run"]
+
+    def test_cli_start_and_status(self, running: tuple[LocalNode, str], capsys: pytest.CaptureFixture[str]) -> None:
+        node, url = running
+        base = ["--home", str(node.home), "--name", node.name]
+        assert _cli(["opensearch", "start", *base]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == url
+        assert _cli(["opensearch", "status", *base, "--json"]) == 0
+        st = json.loads(capsys.readouterr().out)
+        assert st["running"] is True and st["url"] == url and st["pid"] == node.pid
+        assert _cli(["opensearch", "status", *base]) == 0
+        assert f"url: {url}" in capsys.readouterr().out.splitlines()
+
+    def test_restart_after_sigkill_keeps_port_and_data(self, running: tuple[LocalNode, str]) -> None:
+        node, url = running
+        _call("PUT", f"{url}/survivor/_doc/1?refresh=true", {"text": "still here"})
+        pid = node.kill()
+        assert pid is not None and not node_mod.pid_alive(pid)
+        assert node.state_file.exists()  # a crash leaves the state behind
+        assert not node.is_running() and not node.status().running
+        assert node.start(timeout=240) == url  # same port, taken from the stale state
+        assert node.pid not in (None, pid)
+        assert _call("GET", f"{url}/survivor/_doc/1")["_source"] == {"text": "still here"}
+
+    def test_too_short_timeout_fails_with_log_tail_and_leaves_nothing(self, running: tuple[LocalNode, str]) -> None:
+        node = LocalNode(running[0].home, "short")
+        with pytest.raises(EngineUnavailableError) as err:
+            node.start(timeout=0.5)
+        msg = str(err.value)
+        assert "did not answer" in msg and "0.5 s" in msg
+        assert f"{node.log_file}" in msg and f"last lines of {node.launch_log}" in msg
+        time.sleep(1.0)  # anything the launcher had forked would have shown up by now
+        assert _procs_mentioning(str(node.node_dir)) == []
+        assert not node.is_running() and not node.state_file.exists()
+
+    def test_node_dying_at_start_fails_at_once(self, running: tuple[LocalNode, str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        node = LocalNode(running[0].home, "dies")
+        write = LocalNode._write_config
+
+        def bad_config(self: LocalNode, port: int, transport_port: int) -> None:
+            write(self, port, transport_port)
+            with (self.config_dir / "opensearch.yml").open("a") as f:
+                f.write("no.such.setting: 1\n")
+
+        monkeypatch.setattr(LocalNode, "_write_config", bad_config)
+        began = time.monotonic()
+        with pytest.raises(EngineUnavailableError, match="exited during start-up") as err:
+            node.start(timeout=200)
+        assert time.monotonic() - began < 60
+        assert "no.such.setting" in str(err.value)
+        assert _procs_mentioning(str(node.node_dir)) == []
+
+    def test_stop(self, running: tuple[LocalNode, str], capsys: pytest.CaptureFixture[str]) -> None:
+        node, _ = running
+        pid = node.pid
+        assert pid is not None
+        assert node.stop() == pid
+        assert not node_mod.pid_alive(pid)
+        st = node.status()
+        assert not st.running and st.url is None and st.pid is None
+        assert not node.state_file.exists()
+        base = ["--home", str(node.home), "--name", node.name]
+        assert _cli(["opensearch", "stop", *base]) == 0
+        assert "not running" in capsys.readouterr().out
+        assert _cli(["opensearch", "status", *base]) == 1
+        assert "running: false" in capsys.readouterr().out.splitlines()
+
+    def test_bad_pin_fails_naming_the_artifact(self, tmp_path: Path, prereqs: JavaHome,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        bad = "0" * 64
+        pins = tuple(node_mod.Pin(bad, p.coords, p.use) if p.artifact == "neural-search" else p
+                     for p in node_mod.PINS)
+        monkeypatch.setattr(node_mod, "PINS", pins)
+        home = tmp_path / "fresh"
+        with pytest.raises(EngineUnavailableError) as err:
+            LocalNode(home, "x").install()
+        msg = str(err.value)
+        assert "org.opensearch.plugin:neural-search:2.19.1.0:zip" in msg
+        assert f"expected {bad}" in msg and "b17ca1d774692902c58cbae102bf463970740c31d81446866e8eabd336e285aa" in msg
+        assert not (home / f"opensearch-{OPENSEARCH_VERSION}").exists()
+        assert stat.S_ISDIR((home / "downloads").stat().st_mode)
