@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from importlib import resources
@@ -315,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # client libraries log each failed request with its traceback; the CLI reports errors itself
+    for name in ("opensearch", "urllib3"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     args = build_parser().parse_args(argv)
     if getattr(args, "k", 1) is not None and getattr(args, "k", 1) < 1:
         print("error: -k must be >= 1", file=sys.stderr)

@@ -279,7 +279,11 @@ class OpenSearchEngine:
         return {i: DocInfo.of(d) for i, d in self.get(ids).items()}
 
     def count(self) -> int:
-        return self._count({"match_all": {}})
+        """Chunks in the index; 0 before the first write creates it."""
+        try:
+            return self._count({"match_all": {}})
+        except IndexNotFoundError:
+            return 0
 
     def _count(self, query: dict[str, Any]) -> int:
         with self._errors("count"):

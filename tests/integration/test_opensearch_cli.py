@@ -1,0 +1,61 @@
+"""The CLI on the OpenSearch engine: ingest, stats, search, embed and eval against a real node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEMO
+
+pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def index(opensearch_url):
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    yield name
+    for n in (name, f"{name}-eval"):
+        OpenSearchEngine(opensearch_url, index=n).drop()
+
+
+def test_ingest_stats_search_embed_eval(opensearch_url, index) -> None:
+    out = run("ingest", str(DEMO), "--engine", "opensearch", "--index", index, "--no-embed", "-q")
+    assert out.returncode == 0, out.stderr
+    assert "loaded 242, rejected 0, indexed 242, embedded 0" in out.stdout
+    stats = json.loads(run("stats", "--engine", "opensearch", "--index", index, "--json").stdout)
+    assert stats["documents"] == 242 and stats["vectors"] == 0 and stats["hdc_codes"] == 242
+    assert stats["engine"] == "opensearch" and stats["concrete_index"] == f"{index}-v1"
+    found = json.loads(run("search", "Gödel incompleteness", "--url", opensearch_url, "--index", index,
+                           "--profile", "lexical", "--json", "-k", "3").stdout)
+    assert found["hits"][0]["id"].startswith("logic-godel") and found["hits"][0]["document"]["title"]
+    out = run("embed", "--engine", "opensearch", "--index", index, "-q")
+    assert out.returncode == 0 and "embedded 242 chunks" in out.stdout, out.stderr
+    stats = json.loads(run("stats", "--engine", "opensearch", "--index", index, "--json").stdout)
+    assert stats["vectors"] == 242
+    out = run("search", "Brouwer fixed point", "--engine", "opensearch", "--index", index, "--explain")
+    assert out.returncode == 0 and "topo-brouwer-fixed-point" in out.stdout and "dense" in out.stdout
+    report = Path(f"/tmp/{index}.json")
+    out = run("eval", str(DEMO), "--engine", "opensearch", "--index", f"{index}-eval", "--channels", "bm25",
+              "--json", str(report), "-q")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(report.read_text())["bm25"]["ndcg@10"] > 0.6
+    report.unlink()
+
+
+def test_errors_are_one_line(opensearch_url, index) -> None:
+    out = run("search", "anything", "--engine", "opensearch", "--index", index, "--profile", "lexical")
+    assert out.returncode == 2 and out.stderr.startswith(f"error: no index '{index}'") and "Traceback" not in out.stderr
+    out = run("stats", "--engine", "opensearch", "--index", "Bad Name")
+    assert out.returncode == 2 and "index: 'Bad Name' is not a valid logical index name" in out.stderr
