@@ -1,0 +1,122 @@
+"""The OpenSearch engine's pure request builders as data: golden request bodies, the one filter
+builder, score conversions and the indexed form of a chunk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hybridsearch.engines.opensearch import queries as Q
+from hybridsearch.models import DateRange, Document, Filters
+from hybridsearch.scoring import EMPTY_FIELD_TOKEN
+
+FILTERS = Filters(date_range=DateRange(gte="1990", lte="2001-06"), subjects=[" Topology", "topology", "Analysis"],
+                  kind=["Theorem"], sources=["a.pdf", "a.pdf"], license=["CC-BY-4.0"])
+FILTER_CLAUSES = [
+    {"range": {"ym": {"gte": 199000, "lte": 200106}}},
+    {"terms": {"keys.subjects": ["analysis", "topology"]}},
+    {"terms": {"keys.kind": ["theorem"]}},
+    {"terms": {"keys.license": ["cc-by-4.0"]}},
+    {"terms": {"source": ["a.pdf"]}},
+]
+
+
+def test_one_filter_builder() -> None:
+    assert Q.filter_clauses(FILTERS) == FILTER_CLAUSES
+    assert Q.filter_clauses(None) == [] and Q.filter_clauses(Filters()) == []
+    assert Q.filter_clauses(Filters(date_range=DateRange(lte=1900))) == [{"range": {"ym": {"lte": 190012}}}]
+
+
+def test_bm25_most_fields() -> None:
+    body = Q.bm25_query({"spectral": 1.0, "gap": 0.35}, {"title": 1.5, "text": 1.0, "role": 0.0}, 50, None,
+                        "most_fields", 0.2)
+    assert body == {"size": 50, "_source": False, "track_total_hits": False, "query": {"bool": {"should": [
+        {"term": {"bm25.title": {"value": "spectral", "boost": 1.5}}},
+        {"term": {"bm25.title": {"value": "gap", "boost": pytest.approx(0.525)}}},
+        {"term": {"bm25.text": {"value": "spectral", "boost": 1.0}}},
+        {"term": {"bm25.text": {"value": "gap", "boost": 0.35}}}]}}}
+
+
+def test_bm25_best_fields_with_filters() -> None:
+    body = Q.bm25_query({"gap": 1.0}, {"title": 1.5, "subjects": 1.25}, 10, FILTERS, "best_fields", 0.3)
+    assert body["query"] == {"bool": {"must": [{"dis_max": {"tie_breaker": 0.3, "queries": [
+        {"bool": {"should": [{"term": {"bm25.title": {"value": "gap", "boost": 1.5}}}]}},
+        {"bool": {"should": [{"term": {"bm25.subjects": {"value": "gap", "boost": 1.25}}}]}}]}}],
+        "filter": FILTER_CLAUSES}}
+
+
+def test_knn_with_efficient_filtering() -> None:
+    body = Q.knn_query("dense", [0.5, -0.5], 7, FILTERS, ef_search=200)
+    assert body == {"size": 7, "_source": False, "track_total_hits": False, "query": {"knn": {"dense": {
+        "vector": [0.5, -0.5], "k": 7, "filter": {"bool": {"filter": FILTER_CLAUSES}},
+        "method_parameters": {"ef_search": 200}}}}}
+    assert "filter" not in Q.knn_query("hdc_topic", [99, -56], 3, None)["query"]["knn"]["hdc_topic"]
+
+
+def test_exact_scores_by_the_knn_script() -> None:
+    body = Q.exact_score_query("hdc_claim", "hamming", [99, -56], ["a", "b"])
+    assert body == {"size": 2, "_source": False, "track_total_hits": False, "query": {"script_score": {
+        "query": {"bool": {"filter": [{"ids": {"values": ["a", "b"]}}, {"exists": {"field": "hdc_claim"}}]}},
+        "script": {"lang": "knn", "source": "knn_score",
+                   "params": {"field": "hdc_claim", "query_value": [99, -56], "space_type": "hamming"}}}}}
+
+
+def test_statistics_and_the_peer_hybrid_query() -> None:
+    df = Q.doc_freq_query(["gap"], ["title", "text"])
+    assert df["aggs"] == {"df": {"filters": {"filters": {"title\tgap": {"term": {"bm25.title": "gap"}},
+                                                         "text\tgap": {"term": {"bm25.text": "gap"}}}}}}
+    assert df["track_total_hits"] is True and df["size"] == 0
+    assert Q.length_sum_query(["title"])["aggs"] == {"title": {"sum": {"field": "bm25_len.title"}}}
+    hy = Q.hybrid_query({"gap": 1.0}, {"title": 1.0}, [0.1], 100, None, "most_fields", 0.2)
+    assert hy["query"]["hybrid"]["pagination_depth"] == 100
+    assert [next(iter(q)) for q in hy["query"]["hybrid"]["queries"]] == ["bool", "knn"]
+
+
+@pytest.mark.parametrize(("score", "space", "cosine"), [
+    (1.0, "cosinesimil", 1.0), (0.5, "cosinesimil", 0.0), (0.0, "cosinesimil", -1.0),
+    (1.25, "innerproduct", 0.25), (1.0, "innerproduct", 0.0), (0.8, "innerproduct", -0.25),
+])
+def test_scores_map_back_to_raw_cosine(score, space, cosine) -> None:
+    assert Q.cosine_from_score(score, space) == pytest.approx(cosine)
+
+
+def test_hamming_scores_map_back_to_similarity() -> None:
+    for d in (0, 1, 7, 2048, 4095, 4096):
+        score = float(np.float32(1.0 / (1 + d)))  # what the node sends, in float32
+        assert Q.hamming_similarity(score) == 1 - d / 4096
+
+
+def test_packed_codes_become_signed_bytes_msb_first() -> None:
+    bits = np.zeros(4096, dtype=np.uint8)
+    bits[[1, 2, 6, 7, 8]] = 1  # byte 0 = 0b01100011 = 99, byte 1 = 0b10000000 = -128
+    code = np.packbits(bits)
+    assert Q.packed_to_int8(code)[:3] == [99, -128, 0]
+
+
+def test_the_indexed_form_of_a_chunk() -> None:
+    doc = Document(id="x", title="Heine-Borel", text="", subjects=[" Analysis "], year=1895, month=3,
+                   kind="Theorem", metadata={"k": 1})
+    tokens = {"title": ["heine-borel", "heine", "borel"], "text": [], "subjects": ["analysi"]}
+    src = Q.to_source(doc, tokens, "123", None, {"topic": np.zeros(512, dtype=np.uint8)})
+    assert src["bm25"] == {"title": "heine-borel heine borel", "text": EMPTY_FIELD_TOKEN, "subjects": "analysi"}
+    assert src["bm25_len"] == {"title": 3, "text": 1, "subjects": 1}
+    assert src["keys"] == {"subjects": ["analysis"], "kind": "theorem", "license": None}
+    assert (src["ym"], src["published"], src["hdc_encoded"]) == (189503, "1895-03", True)
+    assert src["hdc_topic"] == [0] * 512 and "dense" not in src and "hdc_claim" not in src
+    assert Q.from_source(src) == doc
+
+
+def test_templates_name_the_configured_knn_engine() -> None:
+    lucene, faiss = Q.chunks_template("lucene"), Q.chunks_template("faiss")
+    props = lucene["template"]["mappings"]["properties"]
+    assert props["dense"]["space_type"] == "cosinesimil" and props["dense"]["method"]["engine"] == "lucene"
+    assert props["hdc_topic"]["data_type"] == "binary" and props["hdc_topic"]["dimension"] == 4096
+    fprops = faiss["template"]["mappings"]["properties"]
+    assert fprops["dense"]["space_type"] == "innerproduct" and fprops["hdc_acts"]["method"]["engine"] == "faiss"
+    assert lucene["template"]["settings"]["index"]["similarity"]["hs_bm25"] == {"type": "BM25", "k1": 1.2, "b": 0.75}
+    every = ("title", "text", "procedure", "utility_acts", "utility_note", "condition", "role", "subjects")
+    assert all(props["bm25"]["properties"][f]["analyzer"] == "hs_tokens" for f in every)
+    assert props["title"]["analyzer"] == "english" and props["subjects"]["fields"]["en"]["analyzer"] == "english"
+    tpl = Q.index_template("papers", "lucene")
+    assert tpl["index_patterns"] == ["papers-v*"] and tpl["composed_of"] == ["hybridsearch-chunks-lucene"]
+    assert "aliases" not in tpl.get("template", {})
