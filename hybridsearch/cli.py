@@ -195,13 +195,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not channels and not args.profiles:
         channels = "bm25,dense,bm25+dense"
     specs = run_specs(channels, args.fuser, args.profiles)
-    options: dict[str, object] = {}
+    options: dict[str, str] = {}
     if _engine_name(args) == "opensearch":
         target, options["index"] = _opensearch_target(args, eval_index_name(dataset))
     else:
         target = args.index_dir or str(Path(".hybridsearch/eval") / dataset.resolve().name)
     results = run_eval(dataset, specs, target=target, split=args.split, progress=not args.quiet,
-                       log=lambda m: print(m, file=sys.stderr), **options)
+                       log=lambda m: print(m, file=sys.stderr), engine_options=options)
     print(format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -106,7 +106,7 @@ class Bm25Channel:
             return self._one(query.text, query, engine, k)
         return merge_subqueries([self._one(p, query, engine, k) for p in parts], k, c.intersection_bonus, "bm25")
 
-    def _one(self, text: str, query: QueryContext, engine: Reader, k: int) -> RankedList:
+    def _one(self, text: str, query: QueryContext, engine: LexicalSearch, k: int) -> RankedList:
         c = self.config
         an = default_analyzer()
         terms = an.analyze(text)

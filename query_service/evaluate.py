@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,12 +68,12 @@ def uses_channel(profile: Profile, channel: str) -> bool:
 
 def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, encoder: Encoder | None,
                   need_codes: bool = False, progress: bool = True, log: Callable[[str], None] = print,
-                  **engine_options: object) -> Engine:
+                  engine_options: Mapping[str, str] | None = None) -> Engine:
     """Open the index for `dataset` (a directory, or a URL with engine options such as `index`),
     building it on first use and embedding what is missing."""
     if not (dataset / "corpus.jsonl").exists():
         raise ValidationError("not a BEIR dataset (no corpus.jsonl)", source=str(dataset))
-    engine = open_engine(str(target), **engine_options)
+    engine = open_engine(str(target), **(engine_options or {}))
     try:
         fp = corpus_fingerprint(dataset)
         if engine.get_meta("corpus") != fp:
@@ -100,7 +100,7 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
 
 def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, split: str = "test",
              encoder: Encoder | None = None, progress: bool = True, log: Callable[[str], None] = print,
-             **engine_options: object) -> dict[str, dict[str, float]]:
+             engine_options: Mapping[str, str] | None = None) -> dict[str, dict[str, float]]:
     """Evaluate each run on `dataset`'s `split`; the index is the directory or URL `target`."""
     qrels = load_qrels(dataset, split)
     queries = [q for q in load_queries(dataset) if q.id in qrels]
@@ -109,7 +109,7 @@ def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, spl
     need_vectors = any(uses_channel(s.profile, "dense") for s in specs)
     need_codes = any(uses_channel(s.profile, "hdc") for s in specs)
     engine = prepare_index(dataset, target, need_vectors=need_vectors, encoder=encoder,
-                           need_codes=need_codes, progress=progress, log=log, **engine_options)
+                           need_codes=need_codes, progress=progress, log=log, engine_options=engine_options)
     enc = encoder or (default_encoder() if need_vectors else None)
     searcher = Searcher(engine, encoder=enc)
     results: dict[str, dict[str, float]] = {}

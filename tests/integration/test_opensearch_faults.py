@@ -22,14 +22,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.opensearch, pytest.mark.slow]
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 N = 5000
 BATCH = 250
-WORDS = ("spectral gap bound compact operator Banach space manifold curvature group ring field prime "
-         "measure integral series convergence topology homotopy lattice graph matrix eigenvalue").split()
+WORDS = ["spectral", "gap", "bound", "compact", "operator", "Banach", "space", "manifold", "curvature", "group",
+         "ring", "field", "prime", "measure", "integral", "series", "convergence", "topology", "homotopy",
+         "lattice", "graph", "matrix", "eigenvalue"]
 
 
 def corpus() -> tuple[list[Document], np.ndarray]:
     rng = np.random.default_rng(7)
-    docs = [Document(id=f"d{i:05d}", title=" ".join(rng.choice(WORDS, 4)), text=" ".join(rng.choice(WORDS, 40)),
-                     year=int(rng.integers(1950, 2024))) for i in range(N)]
+    docs = [Document(id=f"d{i:05d}", title=" ".join(rng.choice(WORDS, 4)),
+                     text=" ".join(rng.choice(WORDS, 40)), year=int(rng.integers(1950, 2024))) for i in range(N)]
     vecs = rng.normal(size=(N, 384)).astype(np.float32)
     return docs, vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
 
@@ -88,7 +89,8 @@ def test_sigkill_during_bulk_ingest_then_restart_and_ingest_again(own_node) -> N
     out = subprocess.run([EXE, "search", "spectral gap", "--url", url, "--index", "faults", "--profile", "lexical"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr.strip().count("\n") == 0 and out.stderr.startswith("error: cannot reach OpenSearch at"), out.stderr
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert out.stderr.startswith("error: cannot reach OpenSearch at"), out.stderr
     with hybridsearch.open(url, index="faults") as h, pytest.raises(EngineUnavailableError, match="cannot reach"):
         h.search("spectral gap", "lexical")
 

@@ -90,7 +90,8 @@ class OpenSearchEngine:
             auth = (parts.username, parts.password or "")
         self.client = opensearchpy.OpenSearch(
             hosts=[display_url(url)], http_auth=auth, use_ssl=parts.scheme == "https",
-            verify_certs=s.opensearch_verify_certs, ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
+            verify_certs=s.opensearch_verify_certs,
+            ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
             ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=2, retry_on_timeout=False,
             http_compress=False, pool_maxsize=8)
         self._ready = False
@@ -296,8 +297,9 @@ class OpenSearchEngine:
         seen = 0
         while limit is None or seen < limit:
             size = _PAGE if limit is None else min(_PAGE, limit - seen)
-            body: dict[str, Any] = {"size": size, "query": query, "sort": [{"id": "asc"}], "track_total_hits": False,
-                                    "_source": list(includes) if includes is not None else {"excludes": Q.EXCLUDE_SOURCE}}
+            source: Any = list(includes) if includes is not None else {"excludes": Q.EXCLUDE_SOURCE}
+            body: dict[str, Any] = {"size": size, "query": query, "sort": [{"id": "asc"}],
+                                    "track_total_hits": False, "_source": source}
             if after is not None:
                 body["search_after"] = after
             hits = self._search(body, "scan")["hits"]["hits"]
@@ -467,7 +469,8 @@ class OpenSearchEngine:
             stored = bool(self._index_meta().get("hdc", {}).get("ngrams", DEFAULT_HDC_NGRAMS))
             self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=stored)
         if ngrams is not None and ngrams != self._hdc_encoder.ngrams:
-            raise QueryError(f"this index encodes HDC with ngrams={self._hdc_encoder.ngrams}; rebuild it to change that")
+            raise QueryError(f"this index encodes HDC with ngrams={self._hdc_encoder.ngrams}; "
+                             "rebuild it to change that")
         return self._hdc_encoder
 
     # -- citations ------------------------------------------------------------------------------
