@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     opensearch_timeout: float = Field(default=30.0, gt=0)
     opensearch_index: str = "hybridsearch"
     opensearch_knn_engine: Literal["lucene", "faiss"] = "lucene"
-    opensearch_bulk_docs: int = Field(default=500, ge=1, description="documents per bulk request")
+    opensearch_bulk_docs: int = Field(default=250, ge=1, description="documents per bulk request")
+    opensearch_bulk_threads: int = Field(default=2, ge=1, description="bulk requests in flight at once")
     opensearch_bulk_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="bytes per bulk request")
     opensearch_bulk_retries: int = Field(default=5, ge=0, description="retries of items rejected with 429")
     require_opensearch: bool = Field(default=False, description="tests: a missing node fails instead of skipping")

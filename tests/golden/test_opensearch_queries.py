@@ -30,7 +30,7 @@ def test_one_filter_builder() -> None:
 def test_bm25_most_fields() -> None:
     body = Q.bm25_query({"spectral": 1.0, "gap": 0.35}, {"title": 1.5, "text": 1.0, "role": 0.0}, 50, None,
                         "most_fields", 0.2)
-    assert body == {"size": 50, "_source": False, "track_total_hits": False, "query": {"bool": {"should": [
+    assert body == {"size": 50, **Q.HITS_BY_ID, "query": {"bool": {"should": [
         {"term": {"bm25.title": {"value": "spectral", "boost": 1.5}}},
         {"term": {"bm25.title": {"value": "gap", "boost": pytest.approx(0.525)}}},
         {"term": {"bm25.text": {"value": "spectral", "boost": 1.0}}},
@@ -47,7 +47,7 @@ def test_bm25_best_fields_with_filters() -> None:
 
 def test_knn_with_efficient_filtering() -> None:
     body = Q.knn_query("dense", [0.5, -0.5], 7, FILTERS, ef_search=200)
-    assert body == {"size": 7, "_source": False, "track_total_hits": False, "query": {"knn": {"dense": {
+    assert body == {"size": 7, **Q.HITS_BY_ID, "query": {"knn": {"dense": {
         "vector": [0.5, -0.5], "k": 7, "filter": {"bool": {"filter": FILTER_CLAUSES}},
         "method_parameters": {"ef_search": 200}}}}}
     assert "filter" not in Q.knn_query("hdc_topic", [99, -56], 3, None)["query"]["knn"]["hdc_topic"]
@@ -55,7 +55,7 @@ def test_knn_with_efficient_filtering() -> None:
 
 def test_exact_scores_by_the_knn_script() -> None:
     body = Q.exact_score_query("hdc_claim", "hamming", [99, -56], ["a", "b"])
-    assert body == {"size": 2, "_source": False, "track_total_hits": False, "query": {"script_score": {
+    assert body == {"size": 2, **Q.HITS_BY_ID, "query": {"script_score": {
         "query": {"bool": {"filter": [{"ids": {"values": ["a", "b"]}}, {"exists": {"field": "hdc_claim"}}]}},
         "script": {"lang": "knn", "source": "knn_score",
                    "params": {"field": "hdc_claim", "query_value": [99, -56], "space_type": "hamming"}}}}}
@@ -102,7 +102,7 @@ def test_the_indexed_form_of_a_chunk() -> None:
     assert src["bm25_len"] == {"title": 3, "text": 1, "subjects": 1}
     assert src["keys"] == {"subjects": ["analysis"], "kind": "theorem", "license": None}
     assert (src["ym"], src["published"], src["hdc_encoded"]) == (189503, "1895-03", True)
-    assert src["hdc_topic"] == [0] * 512 and "dense" not in src and "hdc_claim" not in src
+    assert src["hdc_topic"].tolist() == [0] * 512 and "dense" not in src and "hdc_claim" not in src
     assert Q.from_source(src) == doc
 
 
