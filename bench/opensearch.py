@@ -271,7 +271,7 @@ def check_peer(responses: dict[str, list[dict[str, Any]]], runs: dict[str, dict[
     for i, q in enumerate(queries[:2]):
         print(f"\nquery {q.id}: {q.text!r}")
         for pid, res in responses.items():
-            top = ", ".join(f"{h['_id']} {h['_score']:.4f}" for h in res[i]["hits"]["hits"][:3])
+            top = ", ".join(f"{Q.hit_id(h)} {h['_score']:.4f}" for h in res[i]["hits"]["hits"][:3])
             print(f"  peer {pid:<20} top-3: {top}")
         for name in (OURS_WEIGHTED, OURS_RRF):
             print(f"  {name.split(' (')[0]:<25} top-3 ids: {', '.join(runs[name][q.id][:3])}")

@@ -24,6 +24,9 @@ BM25_FIELD_WEIGHTS: dict[str, float] = {
     "subjects": 1.25,
 }
 TEXT_FIELDS: tuple[str, ...] = tuple(f for f in BM25_FIELD_WEIGHTS if f != "subjects")
+# limits every engine can hold: OpenSearch ids are at most 512 bytes and its integers 32-bit
+MAX_ID_BYTES = 512
+INT32_MAX = 2**31 - 1
 
 
 def check_finite(value: Any, path: str = "") -> None:
@@ -51,7 +54,7 @@ class Document(_Model):
 
     id: str = Field(min_length=1)
     work_id: str = ""
-    chunk_no: int = Field(default=0, ge=0)
+    chunk_no: int = Field(default=0, ge=0, le=INT32_MAX)
     title: str = _alias("title", "topic")
     text: str = _alias("text", "claim", "abstract")
     procedure: str = ""
@@ -69,7 +72,7 @@ class Document(_Model):
     license: str | None = None
     cites: list[str] = Field(default_factory=list)
     source: str | None = Field(default=None, validation_alias=AliasChoices("source", "file"))
-    page: int | None = Field(default=None, ge=0)
+    page: int | None = Field(default=None, ge=0, le=INT32_MAX)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("id")
@@ -77,6 +80,8 @@ class Document(_Model):
     def _id_not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be blank")
+        if len(v.encode("utf-8")) > MAX_ID_BYTES:
+            raise ValueError(f"longer than {MAX_ID_BYTES} bytes (UTF-8)")
         return v
 
     @field_validator("metadata")

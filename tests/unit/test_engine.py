@@ -7,36 +7,11 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
-import pytest
-
 from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.models import Document
+from tests.contract.test_engine_contract import DOCS, unit_vectors
 
-
-def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-DOCS = [
-    Document(id="a", title="Compact space", text="Every open cover has a finite subcover.",
-             subjects=["Topology"], year=1923, month=4, kind="definition", license="CC-BY-4.0",
-             source="topology.pdf"),
-    Document(id="b", title="Heine–Borel theorem", text="A subset of R^n is compact iff closed and bounded.",
-             subjects=["analysis"], year=1895, kind="theorem", license="CC-BY-NC-4.0", source="analysis.pdf"),
-    Document(id="c", title="C*-algebra", text="A Banach algebra with an involution and the C* identity.",
-             subjects=["analysis", "operator algebras"], year=1943, kind="definition", license="CC-BY-4.0"),
-]
 VECS = unit_vectors(3)
-
-
-@pytest.fixture
-def engine(tmp_path):
-    e = EmbeddedEngine(tmp_path / "idx")
-    e.write(DOCS, VECS)
-    yield e
-    e.close()
 
 
 def test_reopen_keeps_everything(tmp_path) -> None:

@@ -42,3 +42,13 @@ def test_duplicate_id_in_one_batch_is_rejected() -> None:
     with pytest.raises(ValidationError, match="duplicate id") as err:
         check_unique_ids(docs)
     assert err.value.record == "a"
+
+
+def test_limits_every_engine_can_hold() -> None:
+    with pytest.raises(ValidationError, match="id.*longer than 512 bytes"):
+        validate_record(Document, {"id": "é" * 257, "title": "t"})
+    with pytest.raises(ValidationError, match="chunk_no"):
+        validate_record(Document, {"id": "a", "title": "t", "chunk_no": 2**31})
+    with pytest.raises(ValidationError, match="page"):
+        validate_record(Document, {"id": "a", "title": "t", "page": 2**40})
+    assert validate_record(Document, {"id": "é" * 256, "title": "t", "chunk_no": 2**31 - 1}).chunk_no == 2**31 - 1
