@@ -129,21 +129,22 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
     from indexer.pipeline import embed_missing, missing_vector_ids
 
-    index_dir = _index_dir(args)
-    if args.enqueue:
-        if _engine_name(args) != "embedded":
-            raise HybridSearchError("--enqueue works with the embedded engine only; embed in place instead")
-        if not (index_dir / "store.sqlite").exists():
-            raise HybridSearchError(f"no index at {index_dir}")
-        from workers.tasks import embed
-
-        ids = missing_vector_ids(index_dir)
-        for i in range(0, len(ids), args.chunk):
-            embed.delay(str(index_dir.resolve()), ids[i:i + args.chunk])
-        print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks")
-        return 0
+    if args.chunk < 1:
+        raise HybridSearchError(f"--chunk must be >= 1, got {args.chunk}")
     engine = _open(args)
     try:
+        if args.enqueue:
+            from workers.tasks import embed
+
+            if _engine_name(args) == "opensearch":
+                target, index = _opensearch_target(args)
+            else:
+                target, index = str(_index_dir(args).resolve()), None
+            ids = missing_vector_ids(engine)
+            for i in range(0, len(ids), args.chunk):
+                embed.delay(target, ids[i:i + args.chunk], index)
+            print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks")
+            return 0
         n = embed_missing(engine, default_encoder(), progress=not args.quiet)
     finally:
         engine.close()

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines import BinarySearch, Engine
+from hybridsearch.engines import BinarySearch, Engine, open_engine
 from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
@@ -108,10 +108,26 @@ def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document]) -> Non
     engine.set_vectors([d.id for d in docs], vectors)
 
 
-def embed_store_ids(index_dir: Path, encoder: Encoder, ids: Sequence[str]) -> int:
-    """Embed chunks by id straight into the index's store (journal op `vector`), without opening
-    the derived indexes: what a worker process does. Unknown ids are skipped."""
-    store = Store(index_dir / "store.sqlite")
+def is_url(target: str) -> bool:
+    return "://" in target
+
+
+def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: str | None = None) -> int:
+    """Embed chunks by id and store their vectors: what a worker runs. A URL target is written
+    through its engine (`index` names the logical index); a directory gets the vectors appended to
+    its journal (op `vector`) without opening the derived indexes, and the process that owns the
+    index applies them. Unknown ids are skipped; returns how many were embedded."""
+    if is_url(target):
+        engine = open_engine(target, **({"index": index} if index else {}))
+        try:
+            docs = engine.get(list(ids))
+            found = [d for i in ids if (d := docs.get(i)) is not None]
+            if found:
+                engine.set_vectors([d.id for d in found], encoder.encode([d.dense_text for d in found]))
+            return len(found)
+        finally:
+            engine.close()
+    store = Store(Path(target) / "store.sqlite")
     try:
         docs = store.docs_by_id(list(ids))
         found = [d for i in ids if (d := docs.get(i)) is not None]
@@ -134,10 +150,21 @@ def encode_hdc_missing(engine: Engine, *, progress: bool = True) -> int:
     return len(missing)
 
 
-def encode_hdc_ids(index_dir: Path, ids: Sequence[str]) -> int:
-    """HDC-encode chunks by id straight into the index's store (journal op `hdc`): the offline
-    encoding a worker runs. Unknown ids are skipped."""
-    store = Store(index_dir / "store.sqlite")
+def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None) -> int:
+    """HDC-encode chunks by id: the offline encoding a worker runs, stored like `embed_ids_at`
+    stores vectors (through the engine for a URL, into the journal for a directory)."""
+    if is_url(target):
+        engine = open_engine(target, **({"index": index} if index else {}))
+        try:
+            enc = _binary(engine).hdc_encoder()
+            docs = engine.get(list(ids))
+            found = [d for i in ids if (d := docs.get(i)) is not None]
+            if found:
+                engine.set_codes([d.id for d in found], [enc.encode_document(d) for d in found])
+            return len(found)
+        finally:
+            engine.close()
+    store = Store(Path(target) / "store.sqlite")
     try:
         enc = HdcEncoder(ngrams=store.hdc_options()["ngrams"])
         docs = store.docs_by_id(list(ids))
@@ -149,9 +176,5 @@ def encode_hdc_ids(index_dir: Path, ids: Sequence[str]) -> int:
         store.close()
 
 
-def missing_vector_ids(index_dir: Path) -> list[str]:
-    store = Store(index_dir / "store.sqlite")
-    try:
-        return [i for i, _ in store.missing_vectors()]
-    finally:
-        store.close()
+def missing_vector_ids(engine: Engine) -> list[str]:
+    return [i for i, _ in engine.missing_vectors()]
