@@ -216,10 +216,12 @@ class Searcher:
     def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any,
                         lists: dict[str, RankedList]) -> tuple[dict[str, RankedList], str | None]:
         """Raw cosine of every candidate (dense scores, or `vector_score` for the others): the
-        out-of-domain gate, then the per-candidate minimum."""
+        out-of-domain gate, then the per-candidate minimum. For the gate alone a non-empty dense
+        list suffices: it holds the best cosines of the whole (filtered) index, so no other
+        candidate can score above its top."""
         cos: dict[str, float] = dict(lists["dense"].items()) if "dense" in lists else {}
         others = [i for rl in lists.values() for i in rl.ids if i not in cos]
-        if others:
+        if others and (prof.min_semantic is not None or not cos):
             cos.update(engine.vector_score(ctx.vector, list(dict.fromkeys(others))))
         best = max(cos.values(), default=float("-inf"))
         if prof.semantic_floor is not None and best < prof.semantic_floor:

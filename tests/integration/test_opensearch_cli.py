@@ -57,5 +57,8 @@ def test_ingest_stats_search_embed_eval(opensearch_url, index) -> None:
 def test_errors_are_one_line(opensearch_url, index) -> None:
     out = run("search", "anything", "--engine", "opensearch", "--index", index, "--profile", "lexical")
     assert out.returncode == 2 and out.stderr.startswith(f"error: no index '{index}'") and "Traceback" not in out.stderr
+    out = run("stats", "--engine", "opensearch", "--index", index, "--json")
+    assert out.returncode == 2
+    assert out.stderr == f"error: no index '{index}' at {opensearch_url}; ingest into it first\n"
     out = run("stats", "--engine", "opensearch", "--index", "Bad Name")
     assert out.returncode == 2 and "index: 'Bad Name' is not a valid logical index name" in out.stderr

@@ -182,6 +182,8 @@ class OpenSearchEngine:
 
     def _concrete_index(self) -> str:
         with self._errors("read alias"):
+            if not self.client.indices.exists_alias(name=self.index):
+                raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
             names = sorted(self.client.indices.get_alias(name=self.index))
         return names[0]
 
