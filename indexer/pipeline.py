@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
@@ -117,23 +118,35 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     through its engine (`index` names the logical index); a directory gets the vectors appended to
     its journal (op `vector`) without opening the derived indexes, and the process that owns the
     index applies them. Unknown ids are skipped; returns how many were embedded."""
+    def vectors(docs: list[Document]) -> np.ndarray:
+        return encoder.encode([d.dense_text for d in docs])
+
+    return _derive_at(target, ids, index,
+                      lambda engine, docs: engine.set_vectors([d.id for d in docs], vectors(docs)),
+                      lambda store, docs: store.set_vectors([d.id for d in docs], vectors(docs), encoder.name))
+
+
+def _derive_at(target: str, ids: Sequence[str], index: str | None,
+               through_engine: Callable[[Engine, list[Document]], object],
+               into_store: Callable[[Store, list[Document]], object]) -> int:
+    """Load the chunks `ids` of `target` that exist and store what is derived from them, through the
+    engine for a URL or into the journal of a directory; returns how many."""
     if is_url(target):
         engine = open_engine(target, **({"index": index} if index else {}))
         try:
             docs = engine.get(list(ids))
             found = [d for i in ids if (d := docs.get(i)) is not None]
             if found:
-                engine.set_vectors([d.id for d in found], encoder.encode([d.dense_text for d in found]))
+                through_engine(engine, found)
             return len(found)
         finally:
             engine.close()
     store = Store(Path(target) / "store.sqlite")
     try:
-        docs = store.docs_by_id(list(ids))
-        found = [d for i in ids if (d := docs.get(i)) is not None]
+        sdocs = store.docs_by_id(list(ids))
+        found = [d for i in ids if (d := sdocs.get(i)) is not None]
         if found:
-            store.set_vectors([d.id for d in found], encoder.encode([d.dense_text for d in found]),
-                              encoder.name)
+            into_store(store, found)
         return len(found)
     finally:
         store.close()
@@ -153,27 +166,15 @@ def encode_hdc_missing(engine: Engine, *, progress: bool = True) -> int:
 def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None) -> int:
     """HDC-encode chunks by id: the offline encoding a worker runs, stored like `embed_ids_at`
     stores vectors (through the engine for a URL, into the journal for a directory)."""
-    if is_url(target):
-        engine = open_engine(target, **({"index": index} if index else {}))
-        try:
-            enc = _binary(engine).hdc_encoder()
-            docs = engine.get(list(ids))
-            found = [d for i in ids if (d := docs.get(i)) is not None]
-            if found:
-                engine.set_codes([d.id for d in found], [enc.encode_document(d) for d in found])
-            return len(found)
-        finally:
-            engine.close()
-    store = Store(Path(target) / "store.sqlite")
-    try:
+    def through_engine(engine: Engine, docs: list[Document]) -> None:
+        enc = _binary(engine).hdc_encoder()
+        engine.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs])
+
+    def into_store(store: Store, docs: list[Document]) -> None:
         enc = HdcEncoder(ngrams=store.hdc_options()["ngrams"])
-        docs = store.docs_by_id(list(ids))
-        found = [d for i in ids if (d := docs.get(i)) is not None]
-        if found:
-            store.set_codes([d.id for d in found], [enc.encode_document(d) for d in found])
-        return len(found)
-    finally:
-        store.close()
+        store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs])
+
+    return _derive_at(target, ids, index, through_engine, into_store)
 
 
 def missing_vector_ids(engine: Engine) -> list[str]:

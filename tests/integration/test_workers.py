@@ -17,6 +17,14 @@ from tests.conftest import DEMO
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
 
+def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
+    """A real Celery worker process (one task at a time) on the test's Redis."""
+    return subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+                             "--pool", "solo", "--concurrency", "1", "--loglevel", "WARNING",
+                             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.integration
 @pytest.mark.redis
 def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder) -> None:
@@ -25,10 +33,7 @@ def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder
     engine = EmbeddedEngine(tmp_path / "idx")
     engine.write(docs)
     assert engine.stats().details["dense_vectors"] == 0
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-                               "--pool", "solo", "--concurrency", "1", "--loglevel", "WARNING",
-                               "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    worker = start_worker(env)
     try:
         out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "10", "--index-dir",
                               str(tmp_path / "idx")], env=env, capture_output=True, text=True, check=True)
@@ -57,10 +62,7 @@ def test_celery_worker_embeds_through_the_opensearch_engine(redis_url, opensearc
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:20]
     engine.write(docs)
     assert engine.stats().vectors == 0
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-                               "--pool", "solo", "--concurrency", "1", "--loglevel", "WARNING",
-                               "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    worker = start_worker(env)
     try:
         out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "8", "--engine", "opensearch",
                               "--index", engine.index], env=env, capture_output=True, text=True, check=True)
