@@ -28,6 +28,17 @@ def test_per_item_failures_name_ids_and_reasons(opensearch_index) -> None:
     assert set(engine.get(["a", "b"])) == {"a", "b"}  # the rest was written, and is searchable
 
 
+def test_writes_never_create_a_stray_index(opensearch_index) -> None:
+    """The index is dropped behind the engine's back: the next write fails by id, and no index
+    without our mappings appears under the write alias' name."""
+    engine = opensearch_index
+    engine.write([Document(id="a", title="Alpha", text="x")])
+    engine.client.indices.delete(index=f"{engine.index}-v1")
+    with pytest.raises(BulkWriteError, match="b: index_not_found_exception"):
+        engine.write([Document(id="b", title="Beta", text="y")])
+    assert not engine.client.indices.exists(index=engine.write_alias)
+
+
 def test_items_rejected_with_429_are_sent_again(opensearch_index, monkeypatch) -> None:
     """The node answers 429 to one item of the first pass (injected: back-pressure cannot be
     caused on demand); the engine sends that item again and it lands."""

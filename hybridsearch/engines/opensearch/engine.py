@@ -265,7 +265,9 @@ class OpenSearchEngine:
         rejected: list[dict[str, Any]] = []
         chunking: dict[str, Any] = {"chunk_size": s.opensearch_bulk_docs, "max_chunk_bytes": s.opensearch_bulk_bytes,
                     "raise_on_error": False, "raise_on_exception": True,
-                    "request_timeout": max(60.0, s.opensearch_timeout)}
+                    "request_timeout": max(60.0, s.opensearch_timeout),
+                    # never auto-create a stray index when the alias has gone (dropped meanwhile)
+                    "params": {"require_alias": "true"}}
 
         def record(ok: bool, item: dict[str, Any], *, retry_429: bool) -> None:
             (op, info), = item.items()
@@ -285,7 +287,7 @@ class OpenSearchEngine:
                 for ok, item in helpers.streaming_bulk(self.client, rejected, max_retries=s.opensearch_bulk_retries,
                                                        initial_backoff=1, max_backoff=30, **chunking):
                     record(ok, item, retry_429=False)
-            if by_id:
+            if ok_ids:
                 self.client.indices.refresh(index=self.write_alias)
         if failures:
             shown = "; ".join(f"{i}: {r}" for i, r in list(failures.items())[:5])
@@ -496,10 +498,13 @@ class OpenSearchEngine:
         return Q.packed_to_int8(c)
 
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
-        """The encoder with the options stored in the index's metadata (fixed at creation)."""
-        self.ensure_index()
+        """The encoder with the options stored in the index's metadata (fixed at creation, to the
+        defaults; an index that does not exist yet is not created by asking)."""
         if self._hdc_encoder is None:
-            stored = bool(self._index_meta().get("hdc", {}).get("ngrams", DEFAULT_HDC_NGRAMS))
+            with self._errors("read metadata"):
+                exists = self.client.indices.exists_alias(name=self.index)
+            meta = self._index_meta() if exists else {}
+            stored = bool(meta.get("hdc", {}).get("ngrams", DEFAULT_HDC_NGRAMS))
             self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=stored)
         if ngrams is not None and ngrams != self._hdc_encoder.ngrams:
             raise QueryError(f"this index encodes HDC with ngrams={self._hdc_encoder.ngrams}; "
