@@ -35,7 +35,7 @@ class Handle:
         from hybridsearch.embeddings import default_encoder
         from indexer.pipeline import ingest
 
-        return ingest(self.engine, Path(path), loader=loader, strict=strict,  # type: ignore[arg-type]
+        return ingest(self.engine, Path(path), loader=loader, strict=strict,
                       encoder=default_encoder() if embed else None, progress=progress)
 
     def close(self) -> None:

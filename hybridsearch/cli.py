@@ -56,6 +56,9 @@ def _opensearch_target(args: argparse.Namespace, default_index: str | None = Non
     if not url:
         raise HybridSearchError("no OpenSearch URL: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL "
                                 "(`hybridsearch opensearch start` runs a local node and prints its URL)")
+    from hybridsearch.engines.opensearch.engine import check_url
+
+    check_url(url)
     return url, getattr(args, "index", None) or default_index or settings.opensearch_index
 
 
@@ -137,7 +140,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
             from workers.tasks import embed
 
             if _engine_name(args) == "opensearch":
-                target, index = _opensearch_target(args)
+                from hybridsearch.engines.opensearch.engine import display_url
+
+                url, index = _opensearch_target(args)
+                target = display_url(url)  # workers take credentials from their own settings
             else:
                 target, index = str(_index_dir(args).resolve()), None
             ids = missing_vector_ids(engine)
@@ -156,7 +162,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     from query_service.searcher import Searcher
 
     engine = _open(args)
-    searcher = Searcher(engine)
+    try:
+        searcher = Searcher(engine)
+    except BaseException:
+        engine.close()
+        raise
     try:
         result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True,
                                  overrides=_parse_sets(args.set))

@@ -54,7 +54,7 @@ class Document(_Model):
 
     id: str = Field(min_length=1)
     work_id: str = ""
-    chunk_no: int = Field(default=0, ge=0, le=INT32_MAX)
+    chunk_no: int = Field(default=0, ge=0)
     title: str = _alias("title", "topic")
     text: str = _alias("text", "claim", "abstract")
     procedure: str = ""
@@ -72,7 +72,7 @@ class Document(_Model):
     license: str | None = None
     cites: list[str] = Field(default_factory=list)
     source: str | None = Field(default=None, validation_alias=AliasChoices("source", "file"))
-    page: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    page: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("id")
@@ -80,8 +80,6 @@ class Document(_Model):
     def _id_not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be blank")
-        if len(v.encode("utf-8")) > MAX_ID_BYTES:
-            raise ValueError(f"longer than {MAX_ID_BYTES} bytes (UTF-8)")
         return v
 
     @field_validator("metadata")
@@ -235,7 +233,7 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
                               source=source, line=line)
     record = data.get("id", data.get("_id"))
     try:
-        return model.model_validate(data)
+        obj = model.model_validate(data)
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
@@ -244,11 +242,29 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
             msg = "unknown field"
         raise ValidationError(msg, field=field, source=source, line=line,
                               record=str(record) if record is not None else None) from None
+    if isinstance(obj, Document):
+        try:
+            check_limits(obj)
+        except ValidationError as e:
+            raise e.located(source=source, line=line) from None
+    return obj
+
+
+def check_limits(doc: Document) -> None:
+    """What every engine can hold (checked on input, not on reading stored documents)."""
+    if len(doc.id.encode("utf-8")) > MAX_ID_BYTES:
+        raise ValidationError(f"longer than {MAX_ID_BYTES} bytes (UTF-8)", field="id", record=doc.id[:40])
+    for name in ("chunk_no", "page"):
+        value = getattr(doc, name)
+        if value is not None and value > INT32_MAX:
+            raise ValidationError(f"must be at most {INT32_MAX}", field=name, record=doc.id)
 
 
 def check_unique_ids(docs: Iterable[Document], *, source: str | None = None) -> None:
+    """A batch to write: unique ids, each document within the limits every engine holds."""
     seen: set[str] = set()
     for d in docs:
+        check_limits(d)
         if d.id in seen:
             raise ValidationError("duplicate id in one batch", field="id", source=source, record=d.id)
         seen.add(d.id)

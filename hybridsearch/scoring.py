@@ -76,6 +76,11 @@ def rescore_bm25(terms: Sequence[tuple[str, float]], fields: Mapping[str, float]
     return top_k([(i, s) for i, s in out.items() if s > 0], k)
 
 
+def unzip(pairs: Sequence[tuple[str, float]]) -> tuple[list[str], list[float]]:
+    """(ids, scores) from (id, score) pairs."""
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
 def top_k(items: Sequence[tuple[str, float]], k: int) -> list[tuple[str, float]]:
     """The k best (id, score) pairs, ties broken by id."""
     return sorted(items, key=lambda x: (-x[1], x[0]))[:k]

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines import BinarySearch, Engine, open_engine
+from hybridsearch.engines import BinarySearch, Engine, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
@@ -107,10 +107,6 @@ def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document]) -> Non
     """Embed the given documents and store their vectors."""
     vectors = encoder.encode([d.dense_text for d in docs])
     engine.set_vectors([d.id for d in docs], vectors)
-
-
-def is_url(target: str) -> bool:
-    return "://" in target
 
 
 def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: str | None = None) -> int:

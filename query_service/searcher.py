@@ -10,8 +10,10 @@ from typing import Any
 
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
+from hybridsearch.engines import VectorSearch
 from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
+from hybridsearch.scoring import unzip
 from query_service.channels import Channel, QueryContext
 from query_service.diversity import diversify, mmr
 from query_service.evidence import pack
@@ -165,7 +167,7 @@ class Searcher:
             t3 = time.perf_counter()
             dv = prof.diversity
             need_vecs = dv.near_duplicate is not None or dv.mmr_lambda is not None
-            vecs = engine.vectors(ids) if need_vecs and hasattr(engine, "vectors") else {}
+            vecs = engine.vectors(ids) if need_vecs and isinstance(engine, VectorSearch) else {}
             keep, dropped = diversify(ids, engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
                                       near_duplicate=dv.near_duplicate, per_page=dv.per_page,
                                       per_author=dv.per_author, per_venue=dv.per_venue,
@@ -230,7 +232,7 @@ class Searcher:
                 f"(best cosine {best:.3f})")
         if prof.min_semantic is not None:
             floor = prof.min_semantic
-            lists = {c: RankedList.of(c, *_unzip([(i, s) for i, s in rl.items() if cos.get(i, -1.0) >= floor]))
+            lists = {c: RankedList.of(c, *unzip([(i, s) for i, s in rl.items() if cos.get(i, -1.0) >= floor]))
                      for c, rl in lists.items()}
         return lists, None
 
@@ -277,9 +279,6 @@ def _explain(ids: list[str], scores: list[float], contributions: list[dict[str, 
         hits.append(Hit(id_, score, rank, chans, contrib))
     return hits
 
-
-def _unzip(pairs: list[tuple[str, float]]) -> tuple[list[str], list[float]]:
-    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def _ms(t: float) -> float:

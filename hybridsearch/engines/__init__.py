@@ -209,11 +209,26 @@ def check_codes(codes: Sequence[Codes], n: int) -> list[Codes]:
     return codes
 
 
+def check_query_code(code: np.ndarray, field: str) -> np.ndarray:
+    """A query's HDC code for a known field: 512 packed uint8 bytes."""
+    if field not in HDC_FIELDS:
+        raise QueryError(f"unknown HDC field {field!r}; valid: {', '.join(HDC_FIELDS)}")
+    c = np.asarray(code)
+    if c.dtype != np.uint8 or c.shape != (NBYTES,):
+        raise QueryError(f"an HDC code is {NBYTES} uint8 bytes, got {c.dtype} {c.shape}")
+    return c
+
+
+def is_url(target: str) -> bool:
+    """A target names a server (an engine registered for its scheme) rather than a directory."""
+    return "://" in target
+
+
 def open_engine(path_or_url: str, **options: Any) -> Engine:
     """Open the engine for a directory (embedded) or a URL (the engine registered for its scheme)."""
     from hybridsearch import plugins
 
-    scheme = path_or_url.split("://", 1)[0] if "://" in path_or_url else "embedded"
+    scheme = path_or_url.split("://", 1)[0] if is_url(path_or_url) else "embedded"
     name = "opensearch" if scheme in ("http", "https") else scheme
     factory = plugins.load("engines", name)
     engine: Engine = factory(path_or_url, **options)

@@ -243,3 +243,9 @@ def test_an_empty_engine_answers_empty(blank) -> None:
     blank.delete(["only"])
     assert blank.count() == 0 and blank.bm25("lonely").ids == [] and blank.knn(VECS[0], 5).ids == []
     assert blank.neighbors(["only"]) == {} and blank.missing_vectors() == []
+
+
+def test_long_queries_are_answered(engine) -> None:
+    """150 distinct terms over 8 fields: 1,200 term clauses on OpenSearch."""
+    terms = [(f"zz{i}", 1.0) for i in range(150)] + [("compact", 1.0)]
+    assert engine.bm25(terms).ids == ["a", "b"]

@@ -23,6 +23,7 @@ from hybridsearch.engines import (
     TermStat,
     TermStats,
     check_codes,
+    check_query_code,
     check_query_vector,
     check_vectors,
 )
@@ -33,7 +34,7 @@ from hybridsearch.errors import QueryError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
 from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
-from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25
+from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 
 DEFAULT_EXACT_MAX = 200_000
 _CHECKPOINT_EVERY = 20_000  # journal entries between dense checkpoints
@@ -199,7 +200,7 @@ class EmbeddedEngine:
                                                 filters, opt.mode, opt.tie_breaker)
         rl = self._ranked("bm25", labels, scores)
         if opt.rescored and rl.ids:
-            rl = RankedList.of("bm25", *_unzip(self._rescore(terms, fields, rl.ids, k, opt)))
+            rl = RankedList.of("bm25", *unzip(self._rescore(terms, fields, rl.ids, k, opt)))
         if opt.role_boost != 1.0:
             rl = RankedList.of("bm25", rl.ids, [s * opt.role_boost for s in rl.scores])
         return rl
@@ -209,7 +210,8 @@ class EmbeddedEngine:
         """Exact BM25 with other k1/b over candidates, with tantivy's statistics: all documents
         count, and lengths are exact token counts (tantivy quantises them)."""
         n, avg = self.bm25_index.field_stats()
-        tokens = {id_: document_tokens(self.analyzer, d, list(fields)) for id_, d in self.store.docs_by_id(ids).items()}
+        active = [f for f, w in fields.items() if w > 0]
+        tokens = {id_: document_tokens(self.analyzer, d, active) for id_, d in self.store.docs_by_id(ids).items()}
         return rescore_bm25(terms, fields, tokens, n, avg, self.bm25_index.field_doc_freq, k,
                             opt.mode, opt.tie_breaker, opt.k1, opt.b)
 
@@ -238,6 +240,7 @@ class EmbeddedEngine:
 
     def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
         """Nearest codes of one HDC field; scores are similarities 1 - hamming/4096."""
+        code = check_query_code(code, field)
         index = self._hdc_index(field)
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
@@ -246,6 +249,7 @@ class EmbeddedEngine:
 
     def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of `code` to the chosen documents' codes of `field` (absent: no entry)."""
+        code = check_query_code(code, field)
         index = self._hdc_index(field)
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
@@ -338,6 +342,3 @@ class EmbeddedEngine:
         self.close()
 
 
-
-def _unzip(pairs: Sequence[tuple[str, float]]) -> tuple[list[str], list[float]]:
-    return [p[0] for p in pairs], [p[1] for p in pairs]

@@ -31,6 +31,7 @@ from hybridsearch.engines import (
     TermStat,
     TermStats,
     check_codes,
+    check_query_code,
     check_query_vector,
     check_vectors,
 )
@@ -46,7 +47,7 @@ from hybridsearch.errors import (
 )
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
-from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, rescore_bm25
+from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, rescore_bm25, unzip
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
@@ -66,11 +67,20 @@ class _Serializer(opensearchpy.JSONSerializer):
 
 
 def display_url(url: str) -> str:
-    """The URL without credentials, for messages."""
+    """The URL without credentials, for messages and for anything sent elsewhere."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def check_url(url: str) -> None:
+    """An http(s) URL with a host and, if any, a numeric port (one clear error otherwise)."""
+    parts = urlsplit(url)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ConfigError(f"url: {display_url(url)!r} is not an OpenSearch URL (expected http(s)://host[:port])")
 
 
 class OpenSearchEngine:
@@ -85,6 +95,7 @@ class OpenSearchEngine:
         url = url or s.opensearch_url
         if not url:
             raise ConfigError("no OpenSearch URL: pass one or set HYBRIDSEARCH_OPENSEARCH_URL")
+        check_url(url)
         self.url = display_url(url)
         self.index = index or s.opensearch_index
         if not _NAME.match(self.index) or re.search(r"-v\d+$", self.index) or self.index.endswith("-write"):
@@ -264,18 +275,24 @@ class OpenSearchEngine:
         failures: dict[str, str] = {}
         rejected: list[dict[str, Any]] = []
         chunking: dict[str, Any] = {"chunk_size": s.opensearch_bulk_docs, "max_chunk_bytes": s.opensearch_bulk_bytes,
-                    "raise_on_error": False, "raise_on_exception": True,
+                    "raise_on_error": False, "raise_on_exception": False,
                     "request_timeout": max(60.0, s.opensearch_timeout),
                     # never auto-create a stray index when the alias has gone (dropped meanwhile)
                     "params": {"require_alias": "true"}}
 
+        unreachable: dict[str, str] = {}
+
         def record(ok: bool, item: dict[str, Any], *, retry_429: bool) -> None:
+            # a request that failed as a whole reports each of its items with the request's status
+            # ('N/A' when the node could not be reached) and the exception
             (op, info), = item.items()
             id_ = str(info.get("_id"))
             if ok:
                 ok_ids.add(id_)
             elif retry_429 and info.get("status") == 429:
                 rejected.append(by_id[id_])
+            elif isinstance(info.get("exception"), opensearchpy.exceptions.ConnectionError):
+                unreachable[id_] = _reason(info["exception"])
             elif not (missing_ok and op == "delete" and info.get("status") == 404):
                 failures[id_] = _item_reason(info)
 
@@ -287,8 +304,12 @@ class OpenSearchEngine:
                 for ok, item in helpers.streaming_bulk(self.client, rejected, max_retries=s.opensearch_bulk_retries,
                                                        initial_backoff=1, max_backoff=30, **chunking):
                     record(ok, item, retry_429=False)
-            if ok_ids:
+            if ok_ids and not unreachable:
                 self.client.indices.refresh(index=self.write_alias)
+        if unreachable:
+            raise EngineUnavailableError(f"cannot reach OpenSearch at {self.url} (bulk write): "
+                                         f"{next(iter(unreachable.values()))}; {len(unreachable)} of {len(by_id)} "
+                                         "items were not written")
         if failures:
             shown = "; ".join(f"{i}: {r}" for i, r in list(failures.items())[:5])
             more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
@@ -401,7 +422,7 @@ class OpenSearchEngine:
                             "bm25")["hits"]["hits"]
         ids, scores = [Q.hit_id(h) for h in hits], [float(h["_score"]) for h in hits]
         if opt.rescored and ids:
-            ids, scores = _unzip(self._rescore(terms, fields, ids, k, opt))
+            ids, scores = unzip(self._rescore(terms, fields, ids, k, opt))
         if opt.role_boost != 1.0:
             scores = [s * opt.role_boost for s in scores]
         return RankedList.of("bm25", ids, scores)
@@ -411,27 +432,32 @@ class OpenSearchEngine:
         active = [f for f, w in fields.items() if w > 0]
         src = self._sources(ids, [f"bm25.{f}" for f in active])
         tokens = {i: {f: s.get("bm25", {}).get(f, "").split() for f in active} for i, s in src.items()}
-        sums = self._search(Q.length_sum_query(active), "field lengths")
-        n = int(sums["hits"]["total"]["value"])
-        avg = {f: (sums["aggregations"][f]["value"] or 0.0) / n for f in active} if n else {}
-        df = self._doc_freqs(list(merge_term_weights(terms)), active)[1]
+        n, df, sums = self._statistics(list(merge_term_weights(terms)), active, lengths=True)
+        avg = {f: sums[f] / n for f in active} if n else {}
         return rescore_bm25(terms, fields, tokens, n, avg, lambda f, t: df.get((f, t), 0), k,
                             opt.mode, opt.tie_breaker, opt.k1, opt.b)
 
-    def _doc_freqs(self, terms: Sequence[str], fields: Sequence[str]) -> tuple[int, dict[tuple[str, str], int]]:
-        got = self._search(Q.doc_freq_query(terms, fields), "term statistics")
-        buckets = got.get("aggregations", {}).get("df", {}).get("buckets", {})
-        out = {}
-        for key, b in buckets.items():
+    def _statistics(self, terms: Sequence[str], fields: Sequence[str], *, lengths: bool = False
+                    ) -> tuple[int, dict[tuple[str, str], int], dict[str, float]]:
+        """In one request: the number of chunks, the document frequency of each (field, term),
+        and with `lengths` each field's total token count."""
+        body = Q.doc_freq_query(terms, fields)
+        if lengths:
+            body.setdefault("aggs", {}).update(Q.length_sum_query(fields)["aggs"])
+        got = self._search(body, "term statistics")
+        aggs = got.get("aggregations", {})
+        df = {}
+        for key, b in aggs.get("df", {}).get("buckets", {}).items():
             f, _, t = key.partition("\t")
-            out[(f, t)] = int(b["doc_count"])
-        return int(got["hits"]["total"]["value"]), out
+            df[(f, t)] = int(b["doc_count"])
+        sums = {f: float(aggs[f]["value"] or 0.0) for f in fields if lengths and f in aggs}
+        return int(got["hits"]["total"]["value"]), df, sums
 
     def term_stats(self, terms: Sequence[str]) -> TermStats:
         """Document frequency of each analysed term (in the scored field where it is most
         frequent) and its idf over all documents."""
         terms = list(dict.fromkeys(terms))
-        n, df = self._doc_freqs(terms, list(BM25_FIELD_WEIGHTS))
+        n, df, _ = self._statistics(terms, list(BM25_FIELD_WEIGHTS))
         out = {}
         for t in terms:
             d = max((df.get((f, t), 0) for f in BM25_FIELD_WEIGHTS), default=0)
@@ -490,12 +516,7 @@ class OpenSearchEngine:
         return out
 
     def _code(self, code: np.ndarray, field: str) -> list[int]:
-        if field not in HDC_FIELDS:
-            raise QueryError(f"unknown HDC field {field!r}; valid: {', '.join(HDC_FIELDS)}")
-        c = np.asarray(code)
-        if c.dtype != np.uint8 or c.shape != (512,):
-            raise QueryError(f"an HDC code is 512 uint8 bytes, got {c.dtype} {c.shape}")
-        return Q.packed_to_int8(c)
+        return Q.packed_to_int8(check_query_code(code, field))
 
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
         """The encoder with the options stored in the index's metadata (fixed at creation, to the
@@ -550,11 +571,10 @@ def _reason(e: Exception) -> str:
 def _item_reason(info: dict[str, Any]) -> str:
     """One line for a failed bulk item: the error type and reason, and the cause when given."""
     err = info.get("error")
+    if isinstance(info.get("exception"), Exception):
+        return _reason(info["exception"])
     if not isinstance(err, dict):
-        return str(err or info.get("exception") or info.get("status"))
+        return str(err or info.get("status"))
     cause = err.get("caused_by")
     return f"{err.get('type')}: {err.get('reason')}" + (f" ({cause.get('reason')})" if isinstance(cause, dict) else "")
 
-
-def _unzip(pairs: Sequence[tuple[str, float]]) -> tuple[list[str], list[float]]:
-    return [p[0] for p in pairs], [p[1] for p in pairs]

@@ -820,6 +820,9 @@ class LocalNode:
             f"cluster.name: hybridsearch\nnode.name: {q(self.name)}\ndiscovery.type: single-node\n"
             f"network.host: 127.0.0.1\nhttp.port: {port}\ntransport.port: {transport_port}\n"
             "cluster.routing.allocation.disk.threshold_enabled: false\n"
+            # the bm25 channel sends one term clause per (field, query term): 8 fields x 128 terms
+            # already reach OpenSearch's default limit of 1024 clauses
+            "indices.query.bool.max_clause_count: 65536\n"
             f"path.data: {q(self.data_dir)}\npath.logs: {q(self.logs_dir)}\npath.repo: {q(self.snapshots_dir)}\n")
 
     def _check_reachable(self) -> None:
