@@ -60,5 +60,8 @@ def test_errors_are_one_line(opensearch_url, index) -> None:
     out = run("stats", "--engine", "opensearch", "--index", index, "--json")
     assert out.returncode == 2
     assert out.stderr == f"error: no index '{index}' at {opensearch_url}; ingest into it first\n"
+    for url in ("localhost:9200", "http://h:abc"):
+        out = run("stats", "--url", url)
+        assert out.returncode == 2 and out.stderr.startswith(f"error: url: '{url}' is not an OpenSearch URL")
     out = run("stats", "--engine", "opensearch", "--index", "Bad Name")
     assert out.returncode == 2 and "index: 'Bad Name' is not a valid logical index name" in out.stderr
