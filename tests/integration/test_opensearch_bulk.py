@@ -67,3 +67,37 @@ def test_credentials_never_appear_in_errors() -> None:
     with pytest.raises(EngineUnavailableError) as err:
         engine.count()
     assert "s3cr3t" not in str(err.value) and "cannot reach OpenSearch at http://127.0.0.1:1" in str(err.value)
+
+
+def test_first_writes_from_several_processes_at_once(opensearch_url) -> None:
+    """Engines that create the same new index at the same moment all succeed, and all their
+    documents land in the one index behind the aliases."""
+    import threading
+    import uuid
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+
+    name = f"race-{uuid.uuid4().hex[:8]}"
+    engines = [OpenSearchEngine(opensearch_url, index=name) for _ in range(4)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(engines))
+
+    def first_write(i: int) -> None:
+        try:
+            start.wait()
+            engines[i].write([Document(id=f"doc{i}", title=f"Doc {i}", text="body")])
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=first_write, args=(i,)) for i in range(len(engines))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert engines[0].count() == 4 and engines[0].stats().details["concrete_index"] == f"{name}-v1"
+    finally:
+        engines[0].drop()
+        for e in engines:
+            e.close()

@@ -163,8 +163,12 @@ class OpenSearchEngine:
             first = f"{self.index}-v1"
             if not self.client.indices.exists(index=first):
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS}}}
-                self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
-                                           params={"wait_for_active_shards": "1"})
+                try:
+                    self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
+                                               params={"wait_for_active_shards": "1"})
+                except opensearchpy.exceptions.RequestError as e:
+                    if e.error != "resource_already_exists_exception":  # another process was first
+                        raise
             self.client.indices.update_aliases(body={"actions": [
                 {"add": {"index": first, "alias": self.index}},
                 {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
