@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
@@ -114,12 +113,9 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     through its engine (`index` names the logical index); a directory gets the vectors appended to
     its journal (op `vector`) without opening the derived indexes, and the process that owns the
     index applies them. Unknown ids are skipped; returns how many were embedded."""
-    def vectors(docs: list[Document]) -> np.ndarray:
-        return encoder.encode([d.dense_text for d in docs])
-
-    return _derive_at(target, ids, index,
-                      lambda engine, docs: engine.set_vectors([d.id for d in docs], vectors(docs)),
-                      lambda store, docs: store.set_vectors([d.id for d in docs], vectors(docs), encoder.name))
+    return _derive_at(target, ids, index, lambda engine, docs: embed_ids(engine, encoder, docs),
+                      lambda store, docs: store.set_vectors([d.id for d in docs],
+                                                            encoder.encode([d.dense_text for d in docs]), encoder.name))
 
 
 def _derive_at(target: str, ids: Sequence[str], index: str | None,
