@@ -319,9 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_demo)
 
+    from hybridsearch.engines.opensearch.admin_cli import add_parsers as add_admin_parsers
     from hybridsearch.engines.opensearch.node_cli import add_parser as add_opensearch_parser
 
     add_opensearch_parser(sub)
+    add_admin_parsers(sub)
     return p
 
 

@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     opensearch_bulk_threads: int = Field(default=2, ge=1, description="bulk requests in flight at once")
     opensearch_bulk_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="bytes per bulk request")
     opensearch_bulk_retries: int = Field(default=5, ge=0, description="retries of items rejected with 429")
+    opensearch_write_block_wait: float = Field(default=600.0, ge=0, description="seconds a write waits while "
+                                               "`indices reindex` has the index write-blocked")
     require_opensearch: bool = Field(default=False, description="tests: a missing node fails instead of skipping")
 
     # the local node (hybridsearch opensearch start|stop|status)

@@ -8,10 +8,12 @@ contract's meanings: raw BM25, raw cosine, Hamming similarity.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -49,6 +51,7 @@ from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
 from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, rescore_bm25, unzip
 
+_log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
 
@@ -83,6 +86,54 @@ def check_url(url: str) -> None:
         raise ConfigError(f"url: {display_url(url)!r} is not an OpenSearch URL (expected http(s)://host[:port])")
 
 
+def check_index_name(name: str) -> str:
+    """A logical index name: lower case, not a version name, not an alias or query-log name."""
+    if (not _NAME.match(name) or re.search(r"-v\d+$", name) or name.endswith("-write")
+            or name.startswith("hybridsearch-queries")):
+        raise ConfigError(f"index: {name!r} is not a valid logical index name (lower-case letters, digits, '-', "
+                          "'_', '.'; not ending in -v<N> or -write; not hybridsearch-queries*)")
+    return name
+
+
+def make_client(url: str, settings: Settings) -> opensearchpy.OpenSearch:
+    """A client for `url` with the credentials, TLS and timeout of `settings` (credentials in the
+    URL are used when the settings name none)."""
+    check_url(url)
+    s = settings
+    parts = urlsplit(url)
+    auth = None
+    if s.opensearch_username is not None:
+        auth = (s.opensearch_username, s.opensearch_password.get_secret_value() if s.opensearch_password else "")
+    elif parts.username:
+        auth = (parts.username, parts.password or "")
+    return opensearchpy.OpenSearch(
+        hosts=[display_url(url)], http_auth=auth, use_ssl=parts.scheme == "https",
+        verify_certs=s.opensearch_verify_certs,
+        ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
+        ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=2, retry_on_timeout=False,
+        http_compress=False, pool_maxsize=8, serializer=_Serializer())
+
+
+@contextmanager
+def translate_errors(url: str, what: str, index: str | None = None) -> Iterator[None]:
+    """Translate opensearch-py's exceptions into ours at the engine boundary."""
+    exc = opensearchpy.exceptions
+    try:
+        yield
+    except exc.ConnectionError as e:
+        raise EngineUnavailableError(f"cannot reach OpenSearch at {url} ({what}): {_reason(e)}") from e
+    except exc.NotFoundError as e:
+        if index is not None and getattr(e, "error", "") == "index_not_found_exception":
+            raise IndexNotFoundError(f"no index {index!r} at {url}; ingest into it first") from e
+        raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+    except (exc.AuthenticationException, exc.AuthorizationException) as e:
+        raise EngineUnavailableError(f"OpenSearch at {url} refused the credentials ({what}): {_reason(e)}") from e
+    except exc.TransportError as e:
+        if e.status_code in (502, 503, 504):
+            raise EngineUnavailableError(f"OpenSearch at {url} is unavailable ({what}): {_reason(e)}") from e
+        raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+
+
 class OpenSearchEngine:
     """The `opensearch` engine plugin. The constructor makes no network call; the index and its
     templates are created on the first write."""
@@ -97,52 +148,21 @@ class OpenSearchEngine:
             raise ConfigError("no OpenSearch URL: pass one or set HYBRIDSEARCH_OPENSEARCH_URL")
         check_url(url)
         self.url = display_url(url)
-        self.index = index or s.opensearch_index
-        if not _NAME.match(self.index) or re.search(r"-v\d+$", self.index) or self.index.endswith("-write"):
-            raise ConfigError(f"index: {self.index!r} is not a valid logical index name (lower-case letters, "
-                              "digits, '-', '_', '.'; not ending in -v<N> or -write)")
+        self.index = check_index_name(index or s.opensearch_index)
         self.write_alias = f"{self.index}-write"
         self.knn_engine: Q.KnnEngine = s.opensearch_knn_engine
         self.space_type = Q.SPACE_TYPE[self.knn_engine]
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
         self.dim = DIM
-        parts = urlsplit(url)
-        auth = None
-        if s.opensearch_username is not None:
-            auth = (s.opensearch_username, s.opensearch_password.get_secret_value() if s.opensearch_password else "")
-        elif parts.username:
-            auth = (parts.username, parts.password or "")
-        self.client = opensearchpy.OpenSearch(
-            hosts=[display_url(url)], http_auth=auth, use_ssl=parts.scheme == "https",
-            verify_certs=s.opensearch_verify_certs,
-            ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
-            ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=2, retry_on_timeout=False,
-            http_compress=False, pool_maxsize=8, serializer=_Serializer())
+        self.client = make_client(url, s)
         self._ready = False
         self._lock = threading.Lock()
         self._hdc_encoder: HdcEncoder | None = None
 
     # -- errors and setup -----------------------------------------------------------------------
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        """Translate opensearch-py's exceptions into ours at the engine boundary."""
-        exc = opensearchpy.exceptions
-        try:
-            yield
-        except exc.ConnectionError as e:
-            raise EngineUnavailableError(f"cannot reach OpenSearch at {self.url} ({what}): {_reason(e)}") from e
-        except exc.NotFoundError as e:
-            if getattr(e, "error", "") == "index_not_found_exception":
-                raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first") from e
-            raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
-        except (exc.AuthenticationException, exc.AuthorizationException) as e:
-            raise EngineUnavailableError(f"OpenSearch at {self.url} refused the credentials ({what}): "
-                                         f"{_reason(e)}") from e
-        except exc.TransportError as e:
-            if e.status_code in (502, 503, 504):
-                raise EngineUnavailableError(f"OpenSearch at {self.url} is unavailable ({what}): {_reason(e)}") from e
-            raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return translate_errors(self.url, what, self.index)
 
     def ensure_index(self) -> None:
         """Create the templates, the first version `<index>-v1` and both aliases, unless the read
@@ -156,10 +176,9 @@ class OpenSearchEngine:
             if self.client.indices.exists(index=self.index):
                 raise ConfigError(f"index: {self.index!r} at {self.url} is a concrete index, not a hybridsearch "
                                   "alias; choose another --index")
-            self.client.cluster.put_component_template(name=f"hybridsearch-chunks-{self.knn_engine}",
-                                                       body=Q.chunks_template(self.knn_engine))
-            self.client.indices.put_index_template(name=f"hybridsearch-{self.index}",
-                                                   body=Q.index_template(self.index, self.knn_engine))
+            from hybridsearch.engines.opensearch.admin import apply_chunk_templates
+
+            apply_chunk_templates(self.client, self.index, self.knn_engine)
             first = f"{self.index}-v1"
             if not self.client.indices.exists(index=first):
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS}}}
@@ -285,6 +304,7 @@ class OpenSearchEngine:
                     "params": {"require_alias": "true"}}
 
         unreachable: dict[str, str] = {}
+        blocked: list[dict[str, Any]] = []
 
         def record(ok: bool, item: dict[str, Any], *, retry_429: bool) -> None:
             # a request that failed as a whole reports each of its items with the request's status
@@ -295,19 +315,25 @@ class OpenSearchEngine:
                 ok_ids.add(id_)
             elif retry_429 and info.get("status") == 429:
                 rejected.append(by_id[id_])
+            elif info.get("status") == 403 and (info.get("error") or {}).get("type") == "cluster_block_exception":
+                blocked.append(by_id[id_])  # write-blocked while `indices reindex` copies the index
             elif isinstance(info.get("exception"), opensearchpy.exceptions.ConnectionError):
                 unreachable[id_] = _reason(info["exception"])
             elif not (missing_ok and op == "delete" and info.get("status") == 404):
                 failures[id_] = _item_reason(info)
+
+        def resend(batch: list[dict[str, Any]]) -> None:
+            for ok, item in helpers.streaming_bulk(self.client, batch, max_retries=s.opensearch_bulk_retries,
+                                                   initial_backoff=1, max_backoff=30, **chunking):
+                record(ok, item, retry_429=False)
 
         with self._errors("bulk write"):
             for ok, item in helpers.parallel_bulk(self.client, remembered(), thread_count=s.opensearch_bulk_threads,
                                                   **chunking):
                 record(ok, item, retry_429=True)
             if rejected:
-                for ok, item in helpers.streaming_bulk(self.client, rejected, max_retries=s.opensearch_bulk_retries,
-                                                       initial_backoff=1, max_backoff=30, **chunking):
-                    record(ok, item, retry_429=False)
+                resend(rejected)
+            self._wait_out_block(blocked, resend)
             if ok_ids and not unreachable:
                 self.client.indices.refresh(index=self.write_alias)
         if unreachable:
@@ -319,6 +345,28 @@ class OpenSearchEngine:
             more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
             raise BulkWriteError(f"{len(failures)} of {len(by_id)} items failed: {shown}{more}", failures)
         return ok_ids
+
+    def _wait_out_block(self, blocked: list[dict[str, Any]], send: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Send items refused by a write block again until they pass: `indices reindex` blocks writes
+        to the live version while it copies it, then moves the write alias to the new version, where
+        the items land. Waits at most `opensearch_write_block_wait` seconds."""
+        deadline = time.monotonic() + self.settings.opensearch_write_block_wait
+        delay = 0.25
+        if blocked:
+            _log.warning("index %r is write-blocked (a reindex is copying it); %d writes wait", self.index,
+                         len(blocked))
+        while blocked:
+            if time.monotonic() + delay > deadline:
+                raise EngineError(
+                    f"index {self.index!r} at {self.url} stayed write-blocked for "
+                    f"{self.settings.opensearch_write_block_wait:.0f} s; {len(blocked)} writes were not made (a "
+                    f"reindex still running, or one that was interrupted: see `hybridsearch indices status "
+                    f"{self.index}`)")
+            time.sleep(delay)
+            delay = min(2 * delay, 5.0)
+            batch = blocked[:]
+            blocked.clear()
+            send(batch)
 
     # -- reads ----------------------------------------------------------------------------------
     def _sources(self, ids: Sequence[str], includes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,480 @@
+"""Index lifecycle on an OpenSearch cluster: templates, logical indices and their versions,
+zero-downtime reindex, pruning and snapshots.
+
+A logical index `<name>` is a set of versions `<name>-v<N>`; the live one holds the read alias
+`<name>` and the write alias `<name>-write`. `reindex` builds the next version from the current
+templates while searches keep reading the live one, then moves both aliases in one atomic
+`_aliases` request. Writes made meanwhile are paused, not lost: the live version is write-blocked
+while it is copied, and writers (`OpenSearchEngine._bulk`) send refused items again until the
+write alias points at the new version, where they land.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import opensearchpy
+
+from hybridsearch.config import Settings, get_settings
+from hybridsearch.engines.opensearch import queries as Q
+from hybridsearch.engines.opensearch.engine import (
+    OpenSearchEngine,
+    check_index_name,
+    display_url,
+    make_client,
+    translate_errors,
+)
+from hybridsearch.errors import ConfigError, EngineError, IndexNotFoundError
+
+VERSIONED = re.compile(r"^(?P<name>.+)-v(?P<version>\d+)$")
+SEARCH_PIPELINES = ("hybridsearch-minmax", "hybridsearch-rrf")
+QUERY_LOG_TEMPLATE = "hybridsearch-queries"
+QUERY_LOG_POLICY = "hybridsearch-queries-30d"
+DEFAULT_REPO = "hybridsearch"
+
+Progress = Callable[[int, int], None]  # (documents copied, documents in all)
+
+
+@dataclass
+class Change:
+    """One object `templates apply` looked at: created, updated, unchanged or skipped (with why)."""
+
+    kind: str
+    name: str
+    action: str
+    note: str = ""
+
+
+@dataclass
+class Version:
+    index: str
+    version: int
+    docs: int
+    bytes: int
+    health: str
+    aliases: list[str]
+    write_blocked: bool
+
+
+@dataclass
+class LogicalIndex:
+    name: str
+    versions: list[Version] = field(default_factory=list)
+
+    @property
+    def live(self) -> Version | None:
+        return next((v for v in self.versions if self.name in v.aliases), None)
+
+    def row(self) -> dict[str, Any]:
+        """What `indices list --json` prints for it."""
+        live = self.live
+        return {"name": self.name, "version": live.version if live else None, "index": live.index if live else None,
+                "aliases": live.aliases if live else [], "docs": live.docs if live else 0,
+                "size_bytes": live.bytes if live else 0, "health": live.health if live else "missing",
+                "versions": [v.version for v in self.versions]}
+
+
+@dataclass
+class ReindexResult:
+    name: str
+    old: str
+    new: str
+    docs: int
+    seconds: float
+    removed: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def digest(body: dict[str, Any]) -> str:
+    """A short content hash of a template body (without its own digest), stored in `_meta`."""
+    clean = {k: v for k, v in body.items() if k != "_meta"}
+    clean["_meta"] = {k: v for k, v in body.get("_meta", {}).items() if k != "digest"}
+    return hashlib.sha256(json.dumps(clean, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def with_digest(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "_meta": {**body.get("_meta", {}), "digest": digest(body)}}
+
+
+def _stored_digest(entries: Sequence[dict[str, Any]], key: str) -> str | None:
+    """The digest stored with an existing template ("-" if it has none), None if there is none."""
+    for e in entries:
+        meta = e.get(key, {}).get("_meta") or {}
+        return str(meta.get("digest") or "-")
+    return None
+
+
+def put_template(client: opensearchpy.OpenSearch, kind: str, name: str, body: dict[str, Any]) -> Change:
+    """Put a component or index template unless the stored one has the same digest."""
+    body = with_digest(body)
+    if kind == "component template":
+        got = client.cluster.get_component_template(name=name, ignore=404).get("component_templates", [])
+        was, put = _stored_digest(got, "component_template"), client.cluster.put_component_template
+    else:
+        got = client.indices.get_index_template(name=name, ignore=404).get("index_templates", [])
+        was, put = _stored_digest(got, "index_template"), client.indices.put_index_template
+    new = body["_meta"]["digest"]
+    if was != new:
+        put(name=name, body=body)
+    return Change(kind, name, "created" if was is None else "unchanged" if was == new else "updated")
+
+
+def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine) -> list[Change]:
+    """The chunk component template and the index template of logical index `index`, put where
+    missing or different from this version's."""
+    return [put_template(client, "component template", f"hybridsearch-chunks-{knn_engine}",
+                         Q.chunks_template(knn_engine)),
+            put_template(client, "index template", f"hybridsearch-{index}", Q.index_template(index, knn_engine))]
+
+
+class Admin:
+    """Lifecycle operations on one cluster. Every failure is a HybridSearchError with one line."""
+
+    def __init__(self, url: str | None = None, *, settings: Settings | None = None) -> None:
+        s = settings or get_settings()
+        url = url or s.opensearch_url
+        if not url:
+            raise ConfigError("no OpenSearch URL: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL")
+        self.settings = s
+        self._url = url
+        self.url = display_url(url)
+        self.client = make_client(url, s)
+
+    def _errors(self, what: str, index: str | None = None) -> AbstractContextManager[None]:
+        return translate_errors(self.url, what, index)
+
+    def engine(self, name: str) -> OpenSearchEngine:
+        return OpenSearchEngine(self._url, index=name, settings=self.settings)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- templates --------------------------------------------------------------------------------
+    def apply_templates(self, names: Sequence[str] | None = None) -> list[Change]:
+        """Put every template, search pipeline and policy hybridsearch uses where it is missing or
+        out of date (idempotent): the chunk templates for each logical index (all existing ones by
+        default), the query-log template, the search pipelines, and the query-log ISM policy where
+        the index-management plugin is installed."""
+        knn = self.settings.opensearch_knn_engine
+        with self._errors("apply templates"):
+            out = [put_template(self.client, "component template", f"hybridsearch-chunks-{knn}",
+                                Q.chunks_template(knn))]
+            for name in names if names is not None else [ix.name for ix in self.indices()]:
+                out.append(put_template(self.client, "index template", f"hybridsearch-{name}",
+                                        Q.index_template(name, knn)))
+            out.append(put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE)))
+            for pid in SEARCH_PIPELINES:
+                body = Q.template(f"pipelines/{pid}")
+                got = self.client.transport.perform_request("GET", f"/_search/pipeline/{pid}", params={"ignore": 404})
+                old = got.get(pid) if isinstance(got, dict) else None
+                if old != body:
+                    self.client.transport.perform_request("PUT", f"/_search/pipeline/{pid}", body=body)
+                out.append(Change("search pipeline", pid, "created" if old is None else
+                                  "unchanged" if old == body else "updated"))
+            out.append(self._apply_ism_policy())
+        return out
+
+    def plugins(self) -> set[str]:
+        with self._errors("list plugins"):
+            return {p["component"] for p in self.client.cat.plugins(format="json")}
+
+    def _apply_ism_policy(self) -> Change:
+        if "opensearch-index-management" not in self.plugins():
+            return Change("ISM policy", QUERY_LOG_POLICY, "skipped",
+                          "index-management plugin not installed; prune with `hybridsearch logs prune`")
+        body = Q.template(f"policies/{QUERY_LOG_POLICY}")
+        tag = f" [digest {digest(body)}]"
+        body["policy"]["description"] += tag
+        path = f"/_plugins/_ism/policies/{QUERY_LOG_POLICY}"
+        got = self.client.transport.perform_request("GET", path, params={"ignore": 404})
+        if isinstance(got, dict) and "policy" in got:
+            if str(got["policy"].get("description", "")).endswith(tag):
+                return Change("ISM policy", QUERY_LOG_POLICY, "unchanged")
+            self.client.transport.perform_request("PUT", path, body=body, params={
+                "if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]})
+            return Change("ISM policy", QUERY_LOG_POLICY, "updated")
+        self.client.transport.perform_request("PUT", path, body=body)
+        return Change("ISM policy", QUERY_LOG_POLICY, "created")
+
+    # -- logical indices --------------------------------------------------------------------------
+    def indices(self) -> list[LogicalIndex]:
+        """Every logical index hybridsearch made on the cluster (versions with our `_meta`)."""
+        with self._errors("list indices"):
+            cat = self.client.cat.indices(format="json", bytes="b", expand_wildcards="all",
+                                          h="index,health,status,docs.count,store.size")
+            names = [c["index"] for c in cat if VERSIONED.match(c["index"])]
+            if not names:
+                return []
+            mappings = self.client.indices.get_mapping(index=",".join(names))
+            aliases = self.client.indices.get_alias(index=",".join(names))
+            blocks = self.client.indices.get_settings(index=",".join(names), name="index.blocks.write")
+        by_name: dict[str, LogicalIndex] = {}
+        for c in sorted(cat, key=lambda c: c["index"]):
+            m = VERSIONED.match(c["index"])
+            if not m:
+                continue
+            meta = mappings.get(c["index"], {}).get("mappings", {}).get("_meta", {}).get("hybridsearch")
+            if not isinstance(meta, dict) or meta.get("index") != m["name"]:
+                continue
+            blocked = blocks.get(c["index"], {}).get("settings", {}).get("index", {}).get("blocks", {}).get("write")
+            v = Version(c["index"], int(m["version"]), int(c.get("docs.count") or 0), int(c.get("store.size") or 0),
+                        c.get("health") or c.get("status") or "unknown",
+                        sorted(aliases.get(c["index"], {}).get("aliases", {})), blocked == "true")
+            by_name.setdefault(m["name"], LogicalIndex(m["name"])).versions.append(v)
+        for ix in by_name.values():
+            ix.versions.sort(key=lambda v: v.version)
+        return sorted(by_name.values(), key=lambda ix: ix.name)
+
+    def get(self, name: str) -> LogicalIndex:
+        check_index_name(name)
+        for ix in self.indices():
+            if ix.name == name:
+                return ix
+        raise IndexNotFoundError(f"no index {name!r} at {self.url} (`hybridsearch indices list` shows them)")
+
+    def status(self, name: str) -> dict[str, Any]:
+        """The logical index, its versions, counts of vectors and codes, and warnings."""
+        ix = self.get(name)
+        live = ix.live
+        out: dict[str, Any] = {**ix.row(), "write_alias": f"{name}-write",
+                               "versions": [asdict(v) for v in ix.versions], "warnings": []}
+        if live is None:
+            out["warnings"].append(f"no version holds the read alias {name!r}")
+            return out
+        engine = self.engine(name)
+        try:
+            st = engine.stats()
+        finally:
+            engine.close()
+        out.update(vectors=st.vectors, codes=st.codes, knn_engine=st.details.get("knn_engine"))
+        if live.write_blocked:
+            out["warnings"].append(f"the live version {live.index} is write-blocked, so writes wait: a reindex is "
+                                   f"running, or one was interrupted (run `hybridsearch indices reindex {name}` again)")
+        running = self._reindex_tasks(name)
+        if running:
+            out["reindex_running"] = running
+        if f"{name}-write" not in live.aliases:
+            out["warnings"].append(f"the write alias {name}-write is not on the live version {live.index}")
+        return out
+
+    def create(self, name: str) -> LogicalIndex:
+        check_index_name(name)
+        if any(ix.name == name for ix in self.indices()):
+            raise ConfigError(f"index {name!r} already exists at {self.url}")
+        engine = self.engine(name)
+        try:
+            engine.ensure_index()
+        finally:
+            engine.close()
+        return self.get(name)
+
+    def delete(self, name: str) -> list[str]:
+        self.get(name)
+        engine = self.engine(name)
+        try:
+            return engine.drop()
+        finally:
+            engine.close()
+
+    def prune(self, name: str, keep: int = 1) -> list[str]:
+        """Delete old versions, keeping the `keep` newest; never the live one or one with an alias."""
+        if keep < 1:
+            raise ConfigError(f"--keep must be >= 1, got {keep}")
+        ix = self.get(name)
+        kept = {v.index for v in ix.versions[-keep:]}
+        doomed = [v.index for v in ix.versions if v.index not in kept and not v.aliases
+                  and (ix.live is None or v.version < ix.live.version)]
+        if doomed:
+            with self._errors("delete versions"):
+                self.client.indices.delete(index=",".join(doomed))
+        return doomed
+
+    # -- reindex --------------------------------------------------------------------------------
+    def _reindex_tasks(self, name: str) -> list[str]:
+        with self._errors("list tasks"):
+            got = self.client.tasks.list(actions="*reindex", detailed=True)
+        out = []
+        for node in got.get("nodes", {}).values():
+            for tid, t in node.get("tasks", {}).items():
+                if re.search(rf"\[{re.escape(name)}-v\d+\]", t.get("description", "")):
+                    out.append(tid)
+        return out
+
+    def reindex(self, name: str, progress: Progress | None = None, poll: float = 0.5) -> ReindexResult:
+        """Build the next version from the current templates, copy the live one into it with a
+        server-side `_reindex` task, check the counts, then swap both aliases atomically. Writes
+        to the live version are paused meanwhile (see the module docstring). On any failure the
+        new version is deleted and the live one unblocked; the aliases never move."""
+        ix = self.get(name)
+        live = ix.live
+        if live is None:
+            raise EngineError(f"index {name!r} has no live version (no version holds the read alias)")
+        if f"{name}-write" not in live.aliases:
+            raise EngineError(f"the write alias {name}-write is not on the live version {live.index}; fix the "
+                              "aliases before reindexing")
+        running = self._reindex_tasks(name)
+        if running:
+            raise EngineError(f"a reindex of {name!r} is already running (task {running[0]})")
+        t0 = time.perf_counter()
+        removed = [v.index for v in ix.versions if v.version > live.version]  # left by an interrupted reindex
+        with self._errors("reindex"):
+            if removed:
+                self.client.indices.delete(index=",".join(removed))
+            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
+            new = f"{name}-v{max(v.version for v in ix.versions) + 1}"
+            self.client.indices.create(index=new, body={"settings": {"index": {"refresh_interval": "-1"}},
+                                                        "mappings": {"_meta": self._meta_for(live.index, new)}},
+                                       params={"wait_for_active_shards": "1"})
+        try:
+            self._set_write_block(live.index, True)
+            self._copy(live.index, new, progress, poll)
+            with self._errors("reindex"):
+                self.client.indices.put_settings(index=new, body={"index": {"refresh_interval": None}})
+                self.client.indices.refresh(index=f"{live.index},{new}")
+                before = int(self.client.count(index=live.index)["count"])
+                after = int(self.client.count(index=new)["count"])
+                if before != after:
+                    raise EngineError(f"reindex of {name!r} copied {after} of {before} documents; the aliases "
+                                      f"were not moved and {new} was deleted")
+                # metadata written while copying (set_meta) goes along
+                self.client.indices.put_mapping(index=new, body={"_meta": self._meta_for(live.index, new)})
+                self.client.cluster.health(index=new, wait_for_status="yellow")
+                self.client.indices.update_aliases(body={"actions": [
+                    {"remove": {"index": live.index, "alias": name}},
+                    {"add": {"index": new, "alias": name}},
+                    {"remove": {"index": live.index, "alias": f"{name}-write"}},
+                    {"add": {"index": new, "alias": f"{name}-write", "is_write_index": True}}]})
+        except BaseException:
+            self._abandon(live.index, new)
+            raise
+        return ReindexResult(name, live.index, new, after, time.perf_counter() - t0, removed)
+
+    def _meta_for(self, old: str, new: str) -> dict[str, Any]:
+        with self._errors("read metadata"):
+            got = self.client.indices.get_mapping(index=old)
+        meta = dict(got[old]["mappings"].get("_meta", {}).get("hybridsearch", {}))
+        m = VERSIONED.match(new)
+        assert m is not None
+        meta.update(version=int(m["version"]), reindexed_from=old)
+        return {"hybridsearch": meta}
+
+    def _set_write_block(self, index: str, on: bool) -> None:
+        with self._errors("write block"):
+            self.client.indices.put_settings(index=index, body={"index": {"blocks": {"write": True if on else None}}})
+
+    def _copy(self, old: str, new: str, progress: Progress | None, poll: float) -> None:
+        with self._errors("reindex"):
+            total = int(self.client.count(index=old)["count"])
+            task = self.client.reindex(body={"source": {"index": old, "size": 500}, "dest": {"index": new}},
+                                       params={"wait_for_completion": "false"})["task"]
+        try:
+            while True:
+                with self._errors("reindex status"):
+                    got = self.client.tasks.get(task_id=task)
+                status = got.get("task", {}).get("status", {})
+                if progress is not None:
+                    progress(int(status.get("created", 0)) + int(status.get("updated", 0)), total)
+                if got.get("completed"):
+                    break
+                time.sleep(poll)
+        except BaseException:
+            self.client.tasks.cancel(task_id=task, ignore=404)
+            raise
+        if got.get("error"):
+            raise EngineError(f"reindex {old} -> {new} failed: {got['error'].get('reason', got['error'])}")
+        failures = got.get("response", {}).get("failures") or []
+        if failures:
+            f = failures[0]
+            raise EngineError(f"reindex {old} -> {new}: {len(failures)} documents failed, e.g. {f.get('id')}: "
+                              f"{(f.get('cause') or {}).get('reason', f)}")
+
+    def _abandon(self, live: str, new: str) -> None:
+        """Undo an unfinished reindex: delete the new version, unblock the live one."""
+        try:
+            self.client.indices.delete(index=new, ignore=404)
+        finally:
+            self._set_write_block(live, False)
+
+    # -- snapshots ------------------------------------------------------------------------------
+    def repo_add(self, repo: str = DEFAULT_REPO, location: str | None = None) -> dict[str, Any]:
+        """Register (and verify) an `fs` snapshot repository; `location` is relative to the node's
+        `path.repo` unless absolute."""
+        body = {"type": "fs", "settings": {"location": location or repo}}
+        with self._errors("add snapshot repository"):
+            self.client.snapshot.create_repository(repository=repo, body=body)
+            nodes = self.client.snapshot.verify_repository(repository=repo)["nodes"]
+        return {"repository": repo, **body, "verified_nodes": len(nodes)}
+
+    def snapshots(self, repo: str = DEFAULT_REPO) -> list[dict[str, Any]]:
+        with self._errors("list snapshots"):
+            self._check_repo(repo)
+            got = self.client.snapshot.get(repository=repo, snapshot="_all")["snapshots"]
+        return [{"snapshot": s["snapshot"], "state": s["state"], "indices": sorted(s["indices"]),
+                 "logical": sorted((s.get("metadata") or {}).get("hybridsearch", {}).get("indices", {})),
+                 "start": s.get("start_time"), "seconds": s.get("duration_in_millis", 0) / 1000}
+                for s in got]
+
+    def _check_repo(self, repo: str) -> None:
+        if not self.client.snapshot.get_repository(repository=repo, ignore=404).get(repo):
+            raise ConfigError(f"no snapshot repository {repo!r} at {self.url}; add one with "
+                              f"`hybridsearch snapshot repo-add {repo}`")
+
+    def snapshot_create(self, snapshot: str, repo: str = DEFAULT_REPO,
+                        names: Sequence[str] | None = None) -> dict[str, Any]:
+        """Snapshot the live version of each logical index (all by default), with its aliases."""
+        chosen = [self.get(n) for n in names] if names else self.indices()
+        if not chosen:
+            raise IndexNotFoundError(f"no hybridsearch index at {self.url} to snapshot")
+        live = {ix.name: ix.live.index for ix in chosen if ix.live is not None}
+        with self._errors("create snapshot"):
+            self._check_repo(repo)
+            got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
+                "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
+                "metadata": {"hybridsearch": {"indices": live}}}, params={"wait_for_completion": "true"})
+        s = got["snapshot"]
+        if s["state"] != "SUCCESS":
+            raise EngineError(f"snapshot {snapshot!r} ended {s['state']}: {s.get('failures')}")
+        return {"snapshot": snapshot, "repository": repo, "state": s["state"], "indices": live,
+                "seconds": s.get("duration_in_millis", 0) / 1000}
+
+    def snapshot_restore(self, snapshot: str, repo: str = DEFAULT_REPO, names: Sequence[str] | None = None,
+                         *, replace: bool = False) -> dict[str, Any]:
+        """Restore logical indices (all in the snapshot by default) with their aliases. One that
+        exists is replaced only with `replace` (its current versions are deleted first)."""
+        with self._errors("read snapshot"):
+            self._check_repo(repo)
+            got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
+        snaps = got.get("snapshots") or []
+        if not snaps:
+            raise IndexNotFoundError(f"no snapshot {snapshot!r} in repository {repo!r}")
+        stored: dict[str, str] = (snaps[0].get("metadata") or {}).get("hybridsearch", {}).get("indices", {})
+        if names:
+            unknown = [n for n in names if n not in stored]
+            if unknown:
+                raise IndexNotFoundError(f"snapshot {snapshot!r} holds no index {', '.join(map(repr, unknown))}; it "
+                                         f"holds {', '.join(sorted(stored)) or 'none'}")
+            stored = {n: stored[n] for n in names}
+        present = {ix.name: ix for ix in self.indices() if ix.name in stored}
+        if present and not replace:
+            raise ConfigError(f"index {', '.join(sorted(present))} exists at {self.url}; pass --yes to replace it")
+        t0 = time.perf_counter()
+        with self._errors("restore snapshot"):
+            for ix in present.values():
+                self.client.indices.delete(index=",".join(v.index for v in ix.versions))
+            self.client.snapshot.restore(repository=repo, snapshot=snapshot, body={
+                "indices": ",".join(stored.values()), "include_aliases": True, "include_global_state": False},
+                params={"wait_for_completion": "true"})
+            for name in stored:
+                apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
+            self.client.cluster.health(index=",".join(stored.values()), wait_for_status="yellow")
+        return {"snapshot": snapshot, "repository": repo, "indices": stored, "replaced": sorted(present),
+                "seconds": time.perf_counter() - t0}

@@ -1,0 +1,263 @@
+"""Index lifecycle on a real node: zero-downtime reindex with searches and writes running, an
+interrupted reindex, snapshot and restore, templates, and the `indices`/`snapshot` commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybridsearch.models import Document
+from tests.conftest import SHARED_DATA
+
+pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+RNG = np.random.default_rng(7)
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=600, input=stdin)
+
+
+def corpus(n: int) -> list[Document]:
+    """SciFact's first n abstracts when ../shared/data is present, else synthetic documents."""
+    path = SHARED_DATA / "scifact" / "corpus.jsonl"
+    docs = []
+    with path.open() as f:
+        for line in f:
+            r = json.loads(line)
+            docs.append(Document(id=str(r["_id"]), title=r.get("title") or "untitled", text=r["text"]))
+            if len(docs) == n:
+                break
+    return docs
+
+
+def unit_vectors(n: int) -> np.ndarray:
+    v = RNG.standard_normal((n, 384)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def admin(opensearch_url):
+    from hybridsearch.engines.opensearch.admin import Admin
+
+    a = Admin(opensearch_url)
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def name(admin):
+    n = f"life-{uuid.uuid4().hex[:8]}"
+    yield n
+    if any(ix.name == n for ix in admin.indices()):
+        admin.delete(n)
+
+
+def test_reindex_has_no_downtime_and_keeps_writes(admin, name) -> None:
+    docs = corpus(5000)
+    assert len(docs) == 5000
+    writer = admin.engine(name)
+    writer.write(docs, unit_vectors(len(docs)))
+    before = writer.count()
+    queries = ["vitamin D deficiency", "tumor suppressor gene", "insulin resistance obesity", "malaria vaccine",
+               "stem cell differentiation", "antibiotic resistance bacteria", "DNA methylation cancer",
+               "immune response T cells"]
+    reader = admin.engine(name)
+    expected = {q: reader.bm25(q, k=10).ids for q in queries}
+    assert all(expected.values())
+    probe = unit_vectors(1)[0]
+    stop = threading.Event()
+    served: list[int] = []
+    failures: list[str] = []
+
+    def search_loop() -> None:
+        i = 0
+        while not stop.is_set():
+            q = queries[i % len(queries)]
+            try:
+                got = reader.bm25(q, k=10)
+                near = reader.knn(probe, k=5)
+                if not got.ids or not near.ids:
+                    failures.append(f"empty result for {q!r}")
+                served.append(1)
+            except Exception as e:  # every failure is counted, none may happen
+                failures.append(f"{q!r}: {e}")
+            i += 1
+
+    # writes made while the copy runs: they wait for the swap and land in the new version
+    new_docs = [Document(id=f"during-{i}", title=f"written during the reindex {i}", text="zebrafish fin "
+                         "regeneration") for i in range(40)]
+    wrote: list[int] = []
+    errors: list[str] = []
+
+    def write_during() -> None:
+        w = admin.engine(name)
+        try:
+            for i in range(0, len(new_docs), 10):
+                w.write(new_docs[i:i + 10], unit_vectors(10))
+                wrote.append(10)
+        except Exception as e:
+            errors.append(str(e))
+        finally:
+            w.close()
+
+    writes = threading.Thread(target=write_during)
+    started = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        assert total == before
+        if not started.is_set():
+            started.set()
+            writes.start()
+
+    t = threading.Thread(target=search_loop)
+    t.start()
+    try:
+        res = admin.reindex(name, progress=progress)
+    finally:
+        stop.set()
+        t.join()
+    writes.join(timeout=120)
+    assert started.is_set() and not writes.is_alive()
+    assert failures == [] and len(served) > 10, failures[:3]
+    assert errors == [] and sum(wrote) == len(new_docs)
+    assert (res.old, res.new, res.docs) == (f"{name}-v1", f"{name}-v2", before)
+    ix = admin.get(name)
+    assert ix.live is not None and ix.live.index == f"{name}-v2"
+    assert sorted(ix.live.aliases) == sorted([name, f"{name}-write"])
+    old = next(v for v in ix.versions if v.version == 1)
+    assert old.aliases == [] and old.docs == before  # kept until pruned, untouched by the writes
+    assert reader.count() == before + len(new_docs)
+    assert set(reader.get([d.id for d in new_docs])) == {d.id for d in new_docs}
+    assert all(reader.bm25(q, k=10).ids == expected[q] for q in queries)
+    assert admin.prune(name, keep=1) == [f"{name}-v1"]
+    assert [v.version for v in admin.get(name).versions] == [2]
+    reader.close()
+    writer.close()
+
+
+def test_interrupted_reindex_changes_nothing(admin, name) -> None:
+    engine = admin.engine(name)
+    engine.write(corpus(600), unit_vectors(600))
+
+    def interrupt(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        admin.reindex(name, progress=interrupt)
+    ix = admin.get(name)
+    assert [v.version for v in ix.versions] == [1]
+    assert ix.live is not None and not ix.live.write_blocked
+    engine.write([Document(id="after", title="still writable", text="x")])
+    assert engine.count() == 601
+    assert not admin.status(name)["warnings"]
+    engine.close()
+
+
+def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, name, encoder) -> None:
+    from hybridsearch.hdc import HdcEncoder
+
+    repo = f"test-{uuid.uuid4().hex[:8]}"
+    engine = admin.engine(name)
+    docs = corpus(300)
+    vecs = encoder.encode([d.dense_text for d in docs])
+    hdc = HdcEncoder(engine.analyzer)
+    engine.write(docs, vecs, [hdc.encode_document(d) for d in docs])
+    ids = [d.id for d in docs]
+    before_docs, before_vecs = engine.get(ids), engine.vectors(ids)
+    before_hits = engine.hamming(hdc.encode_query(docs[0].title)["topic"], "topic", k=5).ids
+    try:
+        admin.repo_add(repo)
+        snap = admin.snapshot_create("snap-1", repo, [name])
+        assert snap["indices"] == {name: f"{name}-v1"}
+        assert [s["snapshot"] for s in admin.snapshots(repo)] == ["snap-1"]
+        admin.delete(name)
+        assert engine.count() == 0
+        with pytest.raises(Exception, match="no snapshot 'nope'"):
+            admin.snapshot_restore("nope", repo)
+        res = admin.snapshot_restore("snap-1", repo)
+        assert res["indices"] == {name: f"{name}-v1"} and res["replaced"] == []
+        assert engine.count() == len(docs)
+        assert engine.get(ids) == before_docs
+        after_vecs = engine.vectors(ids)
+        assert set(after_vecs) == set(ids)
+        assert all(np.array_equal(after_vecs[i], before_vecs[i]) for i in ids)
+        assert engine.stats().codes == len(docs)
+        assert engine.hamming(hdc.encode_query(docs[0].title)["topic"], "topic", k=5).ids == before_hits
+        engine.write([Document(id="new", title="written after the restore", text="y")])  # the write alias is back
+        assert engine.count() == len(docs) + 1
+        with pytest.raises(Exception, match="pass --yes"):
+            admin.snapshot_restore("snap-1", repo)
+        assert admin.snapshot_restore("snap-1", repo, replace=True)["replaced"] == [name]
+        assert engine.count() == len(docs)
+    finally:
+        for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
+            admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
+        admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+        engine.close()
+
+
+def test_templates_apply_is_idempotent(admin, name) -> None:
+    admin.create(name)
+    first = {(c.kind, c.name): c.action for c in admin.apply_templates([name])}
+    assert first[("index template", f"hybridsearch-{name}")] == "unchanged"  # create put it
+    assert first[("ISM policy", "hybridsearch-queries-30d")] in ("skipped", "created", "unchanged", "updated")
+    again = admin.apply_templates([name])
+    assert all(c.action in ("unchanged", "skipped") for c in again), again
+    # a template changed on the cluster is put back
+    admin.client.indices.put_index_template(name=f"hybridsearch-{name}", body={
+        "index_patterns": [f"{name}-v*"], "priority": 200, "composed_of": []})
+    changed = {(c.kind, c.name): c.action for c in admin.apply_templates([name])}
+    assert changed[("index template", f"hybridsearch-{name}")] == "updated"
+
+
+def test_indices_and_snapshot_commands(opensearch_url, name) -> None:
+    url = ["--url", opensearch_url]
+    created = run("indices", "create", name, *url, "--json")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["index"] == f"{name}-v1"
+    again = run("indices", "create", name, *url)
+    assert again.returncode == 2 and again.stderr.strip() == f"error: index {name!r} already exists at {opensearch_url}"
+    listed = {r["name"]: r for r in json.loads(run("indices", "list", *url, "--json").stdout)}
+    assert {"name", "version", "index", "docs", "health"} <= set(listed[name])
+    assert (listed[name]["version"], listed[name]["docs"]) == (1, 0)
+    assert name in run("indices", "list", *url).stdout
+    re_ = run("indices", "reindex", name, *url, "--json")
+    assert re_.returncode == 0, re_.stderr
+    assert json.loads(re_.stdout)["new"] == f"{name}-v2"
+    status = json.loads(run("indices", "status", name, *url, "--json").stdout)
+    assert status["index"] == f"{name}-v2" and [v["version"] for v in status["versions"]] == [1, 2]
+    refused = run("indices", "prune", name, *url, stdin="")
+    assert refused.returncode == 2 and "refused without --yes" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    pruned = run("indices", "prune", name, "--keep", "1", "--yes", *url, "--json")
+    assert json.loads(pruned.stdout) == {"deleted": [f"{name}-v1"]}
+    repo = f"cli-{uuid.uuid4().hex[:8]}"
+    assert run("snapshot", "repo-add", repo, *url).returncode == 0
+    made = run("snapshot", "create", "s1", "--repo", repo, "--index", name, *url, "--json")
+    assert made.returncode == 0 and json.loads(made.stdout)["state"] == "SUCCESS", made.stderr
+    listed_snaps = json.loads(run("snapshot", "list", "--repo", repo, *url, "--json").stdout)
+    assert [s["snapshot"] for s in listed_snaps] == ["s1"]
+    assert run("snapshot", "restore", "s1", "--repo", repo, *url, stdin="").returncode == 2
+    restored = run("snapshot", "restore", "s1", "--repo", repo, "--yes", *url, "--json")
+    assert restored.returncode == 0 and json.loads(restored.stdout)["replaced"] == [name], restored.stderr
+    missing = run("snapshot", "list", "--repo", "no-such-repo", *url)
+    assert missing.returncode == 2 and "snapshot repo-add no-such-repo" in missing.stderr
+    gone = run("indices", "delete", name, "--yes", *url)
+    assert gone.returncode == 0 and f"{name}-v2" in gone.stdout
+    assert run("indices", "status", name, *url).returncode == 2
+    bad = run("indices", "list", "--url", "http://127.0.0.1:1")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: cannot reach OpenSearch")
+    from hybridsearch.engines.opensearch.admin import Admin
+
+    a = Admin(opensearch_url)
+    a.client.snapshot.delete(repository=repo, snapshot="s1")
+    a.client.snapshot.delete_repository(repository=repo)
+    a.close()
