@@ -21,10 +21,11 @@ class Handle:
                **overrides: Any) -> SearchResult:
         """Search with a profile; keyword overrides use dotted names passed as dict keys, e.g.
         `search(q, "kb-balanced", **{"min_score": 0.2, "bm25.tie_breaker": 0.3})`."""
+        from query_service.querylog import open_query_log
         from query_service.searcher import Searcher
 
         if self._searcher is None:
-            self._searcher = Searcher(self.engine)
+            self._searcher = Searcher(self.engine, query_log=open_query_log(self.engine), origin="api")
         f = Filters.model_validate(filters, strict=False) if isinstance(filters, dict) else filters
         result: SearchResult = self._searcher.search(query, profile, k=k, filters=f,
                                                      with_documents=with_documents, overrides=overrides)

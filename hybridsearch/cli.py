@@ -159,11 +159,12 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from query_service.querylog import open_query_log
     from query_service.searcher import Searcher
 
     engine = _open(args)
     try:
-        searcher = Searcher(engine)
+        searcher = Searcher(engine, query_log=open_query_log(engine), origin="cli")
     except BaseException:
         engine.close()
         raise
@@ -216,6 +217,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from hybridsearch.config import get_settings
+    from hybridsearch.engines.opensearch.admin_cli import confirm
+    from query_service import querylog
+
+    age = querylog.parse_age(args.older_than)
+    if _engine_name(args) == "opensearch":
+        from hybridsearch.engines.opensearch.admin import Admin
+
+        admin = Admin(_opensearch_target(args)[0])
+        try:
+            confirm(f"delete query-log indices older than {args.older_than} at {admin.url}?", args.yes)
+            with admin._errors("prune query log"):
+                gone = querylog.prune_indices(admin.client, age)
+        finally:
+            admin.close()
+    else:
+        directory = get_settings().query_log_dir or _index_dir(args) / "querylog"
+        confirm(f"delete query-log files older than {args.older_than} in {directory}?", args.yes)
+        gone = querylog.prune_files(directory, age)
+    if args.json:
+        print(json.dumps({"deleted": gone}))
+    else:
+        print(f"deleted {len(gone)}: {', '.join(gone)}" if gone else "nothing to prune")
     return 0
 
 
@@ -314,6 +342,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_eval)
 
+    s = sub.add_parser("logs", help="the query log (daily JSONL files, or daily OpenSearch indices)")
+    acts = s.add_subparsers(dest="action", required=True, metavar="{prune}")
+    s = acts.add_parser("prune", parents=[common, engine_opts], help="delete days of the query log older than an age",
+                        description="Example: hybridsearch logs prune --older-than 30d "
+                        "--url $HYBRIDSEARCH_OPENSEARCH_URL --yes")
+    s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d or 12h")
+    s.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_logs)
+
     s = sub.add_parser("demo", parents=[common], help="index the bundled demo corpus and answer sample queries")
     s.add_argument("-k", type=int, default=5)
     s.add_argument("-q", "--quiet", action="store_true")
@@ -344,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `hybridsearch search ... | head`: the reader has gone; so has our output
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

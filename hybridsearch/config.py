@@ -19,6 +19,13 @@ class Settings(BaseSettings):
     exact_dense_max: int = Field(default=200_000, ge=0)
     torch_threads: int | None = Field(default=None, ge=1)
 
+    # query log: one record per search from the CLI, the Python API and the HTTP service
+    query_log: bool = Field(default=True, description="write the query log")
+    query_log_dir: Path | None = Field(default=None, description="JSONL directory for the query log; default: "
+                                       "<index dir>/querylog on the embedded engine, daily indices on OpenSearch")
+    query_log_buffer: int = Field(default=10_000, ge=1, description="records held before new ones are dropped")
+    query_log_batch: int = Field(default=500, ge=1, description="records per write")
+
     # OpenSearch engine (a cluster, or the local node that `hybridsearch opensearch start` runs)
     opensearch_url: str | None = None
     opensearch_username: str | None = None

@@ -21,6 +21,7 @@ from query_service.fusion import Fuser
 from query_service.multi import MultiEngine
 from query_service.profiles import ChannelSpec, Profile
 from query_service.pruning import prune
+from query_service.querylog import QueryLog, engine_fields, make_record
 from query_service.stages import alias_variants, keyword_variant
 
 
@@ -60,10 +61,13 @@ class Searcher:
     `search(..., kb_names=[...])` picks which, all by default, and merges their candidates
     before fusion (ids become `<kb>:<id>`)."""
 
-    def __init__(self, engine: Any, *, encoder: Encoder | None = None) -> None:
+    def __init__(self, engine: Any, *, encoder: Encoder | None = None, query_log: QueryLog | None = None,
+                 origin: str = "api") -> None:
         self.kbs: dict[str, Any] = dict(engine) if isinstance(engine, Mapping) else {}
         self.engine = MultiEngine(self.kbs) if self.kbs else engine
         self.encoder = encoder
+        self.query_log, self.origin = query_log, origin
+        self._log_fields = engine_fields(self.engine)
         self._channels: dict[tuple[str, str], Channel] = {}
         self._fusers: dict[tuple[str, str], Fuser] = {}
         self._rerankers: dict[tuple[str, str], Any] = {}
@@ -92,7 +96,19 @@ class Searcher:
     def search(self, query: str, profile: Profile | str = "hybrid", *, k: int | None = None,
                filters: Filters | None = None, with_documents: bool = False,
                overrides: Mapping[str, Any] | None = None,
-               kb_names: Sequence[str] | None = None) -> SearchResult:
+               kb_names: Sequence[str] | None = None, log_extra: Mapping[str, Any] | None = None) -> SearchResult:
+        """Run a profile; with a query log, queue one record of the search (`log_extra` adds
+        fields, e.g. the HTTP service's key name)."""
+        result = self._search(query, profile, k=k, filters=filters, with_documents=with_documents,
+                              overrides=overrides, kb_names=kb_names)
+        if self.query_log is not None:
+            self.query_log.put(make_record(query, result, **self._log_fields, origin=self.origin, k=k,
+                                           extra=log_extra))
+        return result
+
+    def _search(self, query: str, profile: Profile | str, *, k: int | None, filters: Filters | None,
+                with_documents: bool, overrides: Mapping[str, Any] | None,
+                kb_names: Sequence[str] | None) -> SearchResult:
         if not query or not query.strip():
             raise QueryError("query text is empty")
         engine = self.engine
@@ -257,6 +273,8 @@ class Searcher:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
+        if self.query_log is not None:
+            self.query_log.close()
 
 
 def _explain(ids: list[str], scores: list[float], contributions: list[dict[str, float]],

@@ -148,6 +148,7 @@ class OpenSearchEngine:
             raise ConfigError("no OpenSearch URL: pass one or set HYBRIDSEARCH_OPENSEARCH_URL")
         check_url(url)
         self.url = display_url(url)
+        self.raw_url = url  # with any credentials it carries: for further clients, never for messages
         self.index = check_index_name(index or s.opensearch_index)
         self.write_alias = f"{self.index}-write"
         self.knn_engine: Q.KnnEngine = s.opensearch_knn_engine

@@ -1,0 +1,255 @@
+"""The query log: one record per search, written in the background.
+
+A record holds the time, the query text, profile, engine, index, origin (cli, api, http), the
+per-stage latency, hit counts per channel, the zero-result and out-of-domain flags and the top
+ids; never credentials or API keys (the HTTP service logs a key's name, not the key). `put`
+never blocks and never raises: a full buffer drops the record and counts it, and a failing sink
+counts its failures. On OpenSearch records go to daily indices `hybridsearch-queries-YYYY.MM.DD`
+(template `opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL
+files `queries-YYYY-MM-DD.jsonl` with the same fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import queue
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from hybridsearch.config import Settings, get_settings
+from hybridsearch.errors import ConfigError
+from hybridsearch.models import SearchResult
+
+INDEX_PREFIX = "hybridsearch-queries-"
+FILE_PREFIX = "queries-"
+TOP_IDS = 10
+
+
+class Sink(Protocol):
+    """Where batches of records go; `write` may raise (the log counts the failure)."""
+
+    def write(self, records: Sequence[dict[str, Any]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def make_record(query: str, result: SearchResult, *, engine: str, index: str, origin: str,
+                k: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The log record of one search (the fields the query-log template maps)."""
+    diag = result.diagnostics
+    stages = diag.get("stages", {})
+    reason = str(diag.get("reason", ""))
+    return {
+        "@timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "query": query, "profile": diag.get("profile"), "engine": engine, "index": index, "origin": origin,
+        "k": k, "hits": len(result.hits), "ms": round(float(diag.get("ms", 0.0)), 3),
+        "stage_ms": {name: round(float(s["ms"]), 3) for name, s in stages.items() if "ms" in s},
+        "channel_hits": dict(stages.get("channels", {}).get("hits", {})),
+        "zero_result": not result.hits, "out_of_domain": reason.startswith("out of domain"),
+        "reason": reason or None, "top_ids": [h.id for h in result.hits[:TOP_IDS]],
+        **(extra or {}),
+    }
+
+
+class QueryLog:
+    """A bounded buffer drained by one daemon thread that writes batches to a sink."""
+
+    def __init__(self, sink: Sink, *, capacity: int = 10_000, batch: int = 500, interval: float = 1.0) -> None:
+        self.sink = sink
+        self.batch, self.interval = batch, interval
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
+        self.dropped = self.written = self.failed = 0
+        self.last_error: str | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._run, name="query-log", daemon=True)
+        self._thread.start()
+
+    def put(self, record: dict[str, Any]) -> bool:
+        """Queue a record; False (and counted) when the buffer is full or the log is closed."""
+        if not self._thread.is_alive():
+            self.dropped += 1
+            return False
+        try:
+            self._idle.clear()
+            self._queue.put_nowait(record)
+            return True
+        except queue.Full:
+            self.dropped += 1
+            return False
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            stop = first is None
+            records = [] if first is None else [first]
+            while len(records) < self.batch:
+                try:
+                    r = self._queue.get(timeout=0.05 if not stop else 0)
+                except queue.Empty:
+                    break
+                if r is None:
+                    stop = True
+                else:
+                    records.append(r)
+            if records:
+                try:
+                    self.sink.write(records)
+                    self.written += len(records)
+                except Exception as e:  # a log that cannot be written must not fail a search
+                    self.failed += len(records)
+                    self.last_error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            if self._queue.empty():
+                self._idle.set()
+            if stop:
+                return
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued record was written (or failed); False on timeout."""
+        return self._idle.wait(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        return {"written": self.written, "dropped": self.dropped, "failed": self.failed,
+                "queued": self._queue.qsize(), "last_error": self.last_error}
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (for at most `timeout` seconds), then stop."""
+        if self._thread.is_alive():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=timeout)
+            self._thread.join(timeout)
+        self.sink.close()
+
+
+class JsonlSink:
+    """Daily JSONL files in a directory; each batch is one append (O_APPEND), so several
+    processes can log to the same directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def write(self, records: Sequence[dict[str, Any]]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        by_day: dict[str, list[str]] = {}
+        for r in records:
+            by_day.setdefault(r["@timestamp"][:10], []).append(json.dumps(r, ensure_ascii=False))
+        for day, lines in by_day.items():
+            fd = os.open(self.directory / f"{FILE_PREFIX}{day}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, ("\n".join(lines) + "\n").encode())
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        pass
+
+
+class OpenSearchSink:
+    """Bulk writes into the daily query-log index; the template is put once, by the writer thread."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        from hybridsearch.engines.opensearch.engine import make_client
+
+        self.client = make_client(url, settings)
+        self._template = False
+
+    def write(self, records: Sequence[dict[str, Any]]) -> None:
+        from opensearchpy import helpers
+
+        from hybridsearch.engines.opensearch import queries as Q
+        from hybridsearch.engines.opensearch.admin import QUERY_LOG_TEMPLATE, put_template
+
+        if not self._template:
+            put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE))
+            self._template = True
+        actions = [{"_op_type": "create", "_index": index_for(r["@timestamp"]), "_source": r} for r in records]
+        _, errors = helpers.bulk(self.client, actions, raise_on_error=False, stats_only=False)
+        if errors:
+            raise RuntimeError(f"{len(errors)} query-log records were rejected: {errors[0]}")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def index_for(timestamp: str) -> str:
+    """The daily query-log index of an ISO timestamp (UTC)."""
+    return INDEX_PREFIX + timestamp[:10].replace("-", ".")
+
+
+def open_query_log(engine: Any, settings: Settings | None = None) -> QueryLog | None:
+    """The query log for searches on `engine`, or None when HYBRIDSEARCH_QUERY_LOG is off or the
+    engine is neither embedded nor OpenSearch (e.g. several knowledge bases at once)."""
+    s = settings or get_settings()
+    if not s.query_log:
+        return None
+    sink: Sink
+    if s.query_log_dir is not None:
+        sink = JsonlSink(s.query_log_dir)
+    elif getattr(engine, "client", None) is not None and hasattr(engine, "write_alias"):
+        sink = OpenSearchSink(engine.raw_url, s)
+    elif isinstance(getattr(engine, "path", None), Path):
+        sink = JsonlSink(engine.path / "querylog")
+    else:
+        return None
+    return QueryLog(sink, capacity=s.query_log_buffer, batch=s.query_log_batch)
+
+
+def engine_fields(engine: Any) -> dict[str, str]:
+    """The engine and index a record names."""
+    if hasattr(engine, "write_alias"):
+        return {"engine": "opensearch", "index": str(engine.index)}
+    if isinstance(getattr(engine, "path", None), Path):
+        return {"engine": "embedded", "index": str(engine.path.resolve())}
+    return {"engine": type(engine).__name__, "index": ""}
+
+
+# -- pruning ----------------------------------------------------------------------------------
+_AGE = re.compile(r"^(\d+)([dh])$")
+
+
+def parse_age(text: str) -> dt.timedelta:
+    """`30d` or `12h`."""
+    m = _AGE.match(text.strip())
+    if not m or int(m[1]) < 1:
+        raise ConfigError(f"--older-than: {text!r} is not an age like 30d or 12h")
+    n = int(m[1])
+    return dt.timedelta(days=n) if m[2] == "d" else dt.timedelta(hours=n)
+
+
+def prune_files(directory: Path, older_than: dt.timedelta, now: dt.datetime | None = None) -> list[str]:
+    """Delete daily JSONL files whose whole day lies before now - older_than."""
+    cutoff = (now or dt.datetime.now(dt.UTC)) - older_than
+    out = []
+    for f in sorted(Path(directory).glob(f"{FILE_PREFIX}*.jsonl")):
+        day = _day(f.stem[len(FILE_PREFIX):], "%Y-%m-%d")
+        if day is not None and day + dt.timedelta(days=1) <= cutoff:
+            f.unlink()
+            out.append(f.name)
+    return out
+
+
+def prune_indices(client: Any, older_than: dt.timedelta, now: dt.datetime | None = None) -> list[str]:
+    """Delete daily query-log indices whose whole day lies before now - older_than."""
+    cutoff = (now or dt.datetime.now(dt.UTC)) - older_than
+    names = sorted(client.indices.get(index=f"{INDEX_PREFIX}*", params={"expand_wildcards": "all"}))
+    doomed = []
+    for name in names:
+        day = _day(name[len(INDEX_PREFIX):], "%Y.%m.%d")
+        if day is not None and day + dt.timedelta(days=1) <= cutoff:
+            doomed.append(name)
+    for i in range(0, len(doomed), 50):
+        client.indices.delete(index=",".join(doomed[i:i + 50]))
+    return doomed
+
+
+def _day(text: str, fmt: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
