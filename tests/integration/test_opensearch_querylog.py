@@ -1,0 +1,86 @@
+"""The query log on a real node: daily indices from their own template, records of real searches,
+an unreachable log that never fails a search, and `logs prune`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hybridsearch.config import get_settings
+from query_service.querylog import OpenSearchSink, QueryLog, index_for
+from tests.conftest import DEMO
+
+pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+
+
+def test_searches_are_logged_to_the_daily_index(opensearch_index) -> None:
+    from indexer.pipeline import ingest
+    from query_service.searcher import Searcher
+
+    engine = opensearch_index
+    ingest(engine, DEMO, encoder=None, progress=False)
+    log = QueryLog(OpenSearchSink(engine.raw_url, get_settings()))
+    searcher = Searcher(engine, query_log=log, origin="api")
+    searcher.search("Gödel incompleteness", "lexical", k=5)
+    searcher.search("zzzzqx wvvvq", "lexical")
+    searcher.search("Banach fixed point", "lexical", log_extra={"key": "analyst"})
+    searcher.close()
+    assert log.stats()["written"] == 3 and log.stats()["failed"] == 0
+    client = engine.client
+    client.indices.refresh(index="hybridsearch-queries-*")
+    got = client.search(index="hybridsearch-queries-*", body={
+        "size": 10, "query": {"term": {"index": engine.index}}, "sort": [{"@timestamp": "asc"}]})["hits"]["hits"]
+    records = [h["_source"] for h in got]
+    assert [r["query"] for r in records] == ["Gödel incompleteness", "zzzzqx wvvvq", "Banach fixed point"]
+    assert all(h["_index"] == index_for(h["_source"]["@timestamp"]) for h in got)
+    assert records[0]["engine"] == "opensearch" and records[0]["hits"] == 5 and len(records[0]["top_ids"]) == 5
+    assert records[1]["zero_result"] is True and records[1]["hits"] == 0
+    assert records[2]["key"] == "analyst"
+    mapping = client.indices.get_mapping(index=got[0]["_index"])[got[0]["_index"]]["mappings"]["properties"]
+    assert mapping["query"]["type"] == "keyword" and mapping["ms"]["type"] == "float"
+    assert mapping["channel_hits"]["properties"]["bm25"]["type"] == "integer"
+    # aggregations an analyst runs work on the mapped fields
+    aggs = client.search(index="hybridsearch-queries-*", body={
+        "size": 0, "query": {"term": {"index": engine.index}},
+        "aggs": {"zero": {"terms": {"field": "zero_result"}}, "p95": {"percentiles": {"field": "ms",
+                                                                                        "percents": [95]}}}})
+    assert {b["key_as_string"]: b["doc_count"] for b in aggs["aggregations"]["zero"]["buckets"]} == {
+        "false": 2, "true": 1}
+
+
+def test_an_unreachable_log_never_fails_a_search(opensearch_index) -> None:
+    from query_service.searcher import Searcher
+
+    engine = opensearch_index
+    from hybridsearch.models import Document
+
+    engine.write([Document(id="a", title="Hilbert spaces", text="inner product")])
+    log = QueryLog(OpenSearchSink("http://127.0.0.1:1", get_settings()))
+    searcher = Searcher(engine, query_log=log)
+    assert searcher.search("Hilbert", "lexical").hits[0].id == "a"
+    assert log.flush(30)
+    assert log.stats()["failed"] == 1 and "ConnectionError" in (log.stats()["last_error"] or "")
+    searcher.close()
+
+
+def test_logs_prune_deletes_old_daily_indices(opensearch_url) -> None:
+    marker = f"prune-{uuid.uuid4().hex[:6]}"
+    sink = OpenSearchSink(opensearch_url, get_settings())
+    old = {"@timestamp": "2020-01-02T03:04:05.000Z", "query": marker, "index": marker}
+    sink.write([old])
+    assert sink.client.indices.exists(index="hybridsearch-queries-2020.01.02")
+    refused = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url],
+                             capture_output=True, text=True, input="")
+    assert refused.returncode == 2 and "refused without --yes" in refused.stderr
+    out = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url, "--yes", "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "hybridsearch-queries-2020.01.02" in json.loads(out.stdout)["deleted"]
+    assert not sink.client.indices.exists(index="hybridsearch-queries-2020.01.02")
+    sink.close()

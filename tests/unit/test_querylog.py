@@ -1,0 +1,124 @@
+"""The query log: records from real searches, the bounded buffer, failing sinks, JSONL files and
+pruning by age."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from query_service.querylog import JsonlSink, QueryLog, parse_age, prune_files
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+FIELDS = {"@timestamp", "query", "profile", "engine", "index", "origin", "k", "hits", "ms", "stage_ms",
+          "channel_hits", "zero_result", "out_of_domain", "reason", "top_ids"}
+
+
+class Blocking:
+    """A sink that holds its first batch until released, then records what it got."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.got: list[dict] = []
+
+    def write(self, records) -> None:
+        self.release.wait(10)
+        self.got += records
+
+    def close(self) -> None:
+        pass
+
+
+class Failing:
+    def write(self, records) -> None:
+        raise ConnectionError("sink is down")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_full_buffer_drops_and_counts_without_blocking() -> None:
+    sink = Blocking()
+    log = QueryLog(sink, capacity=5, batch=2)
+    accepted = [log.put({"@timestamp": "2026-01-01T00:00:00Z", "n": i}) for i in range(50)]
+    # the writer holds at most one batch; the buffer holds 5 more; the rest are dropped
+    assert sum(accepted) <= 5 + 2 and log.dropped == 50 - sum(accepted) and log.dropped > 0
+    sink.release.set()
+    assert log.flush(5)
+    assert log.written == sum(accepted) == len(sink.got)
+    log.close()
+    assert not log.put({"@timestamp": "2026-01-01T00:00:00Z"}) and log.dropped == 51 - sum(accepted)
+
+
+def test_a_failing_sink_counts_failures(tmp_path) -> None:
+    log = QueryLog(Failing(), batch=10)
+    for i in range(3):
+        assert log.put({"@timestamp": "2026-01-01T00:00:00Z", "n": i})
+    assert log.flush(5)
+    st = log.stats()
+    assert (st["failed"], st["written"], st["dropped"]) == (3, 0, 0)
+    assert st["last_error"] == "ConnectionError: sink is down"
+    log.close()
+
+
+def test_api_searches_write_one_record_each(demo_copy, monkeypatch) -> None:
+    import hybridsearch
+
+    monkeypatch.setenv("HYBRIDSEARCH_OPENSEARCH_PASSWORD", "s3cret-never-logged")
+    with hybridsearch.open(demo_copy) as h:
+        found = h.search("Gödel incompleteness", "lexical", k=3)
+        ood = h.search("best pizza recipe near me")
+    files = list((demo_copy / "querylog").glob("queries-*.jsonl"))
+    assert len(files) == 1
+    text = files[0].read_text()
+    assert "s3cret" not in text
+    first, second = [json.loads(line) for line in text.splitlines()]
+    assert set(first) == FIELDS
+    assert (first["query"], first["profile"], first["engine"], first["origin"]) == (
+        "Gödel incompleteness", "lexical", "embedded", "api")
+    assert first["top_ids"] == [x.id for x in found.hits] and first["hits"] == 3 and first["k"] == 3
+    assert first["channel_hits"]["bm25"] > 0 and first["stage_ms"]["channels"] > 0
+    assert first["zero_result"] is False and first["out_of_domain"] is False
+    assert not ood.hits and second["zero_result"] is True and second["out_of_domain"] is True
+    assert second["reason"].startswith("out of domain") and second["profile"] == "hybrid"
+    assert files[0].name == f"queries-{first['@timestamp'][:10]}.jsonl"
+
+
+def test_cli_search_logs_unless_turned_off(demo_copy, tmp_path) -> None:
+    import os
+
+    env = {**os.environ, "HYBRIDSEARCH_QUERY_LOG_DIR": str(tmp_path / "log")}
+    out = subprocess.run([EXE, "search", "Gödel", "--index-dir", str(demo_copy), "--profile", "lexical"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    (record,) = [json.loads(x) for f in (tmp_path / "log").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert record["origin"] == "cli" and record["query"] == "Gödel"
+    off = subprocess.run([EXE, "search", "Gödel", "--index-dir", str(demo_copy)], capture_output=True, text=True,
+                         env={**env, "HYBRIDSEARCH_QUERY_LOG": "false"})
+    assert off.returncode == 0
+    assert sum(len(f.read_text().splitlines()) for f in (tmp_path / "log").glob("*.jsonl")) == 1
+
+
+def test_prune_files_by_age(tmp_path) -> None:
+    sink = JsonlSink(tmp_path)
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    for day in ("2026-09-01", "2026-10-22", "2026-10-23", today):
+        sink.write([{"@timestamp": f"{day}T12:00:00Z", "query": "q"}])
+    now = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+    assert prune_files(tmp_path, parse_age("30d"), now) == ["queries-2026-09-01.jsonl", "queries-2026-10-22.jsonl"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["queries-2026-10-23.jsonl", f"queries-{today}.jsonl"]
+    with pytest.raises(Exception, match="--older-than"):
+        parse_age("0d")
+    out = subprocess.run([EXE, "logs", "prune", "--older-than", "1d", "--index-dir", str(tmp_path)],
+                         capture_output=True, text=True, input="", env={"HYBRIDSEARCH_QUERY_LOG_DIR": str(tmp_path),
+                                                                      "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and "refused without --yes" in out.stderr
+    out = subprocess.run([EXE, "logs", "prune", "--older-than", "1d", "--yes", "--json"], capture_output=True,
+                         text=True, env={"HYBRIDSEARCH_QUERY_LOG_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"deleted": ["queries-2026-10-23.jsonl"]}
