@@ -120,3 +120,22 @@ def test_templates_name_the_configured_knn_engine() -> None:
     tpl = Q.index_template("papers", "lucene")
     assert tpl["index_patterns"] == ["papers-v*"] and tpl["composed_of"] == ["hybridsearch-chunks-lucene"]
     assert "aliases" not in tpl.get("template", {})
+
+
+def test_the_query_log_policy_and_template() -> None:
+    from hybridsearch.engines.opensearch.admin import digest, with_digest
+
+    policy = Q.template("policies/hybridsearch-queries-30d")["policy"]
+    states = {s["name"]: s for s in policy["states"]}
+    assert policy["default_state"] == "hot"
+    assert states["hot"]["transitions"] == [{"state_name": "delete", "conditions": {"min_index_age": "30d"}}]
+    assert states["delete"]["actions"] == [{"delete": {}}]
+    assert policy["ism_template"] == [{"index_patterns": ["hybridsearch-queries-*"], "priority": 100}]
+    log = Q.template("hybridsearch-queries")
+    assert log["index_patterns"] == ["hybridsearch-queries-*"]
+    # a priority of its own, so it can never tie with a chunk index template (those are 200)
+    assert log["priority"] != Q.index_template("x", "lucene")["priority"]
+    # the digest ignores a stored digest, so a template read back compares equal
+    assert digest(with_digest(log)) == digest(log) and with_digest(log)["_meta"]["digest"] == digest(log)
+    changed = {**log, "priority": 151}
+    assert digest(changed) != digest(log)
