@@ -247,6 +247,20 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboards(args: argparse.Namespace) -> int:
+    from hybridsearch.config import get_settings
+    from hybridsearch.dashboards import import_saved_objects
+
+    s = get_settings()
+    password = s.opensearch_password.get_secret_value() if s.opensearch_password else None
+    got = import_saved_objects(args.url, username=s.opensearch_username, password=password)
+    if args.json:
+        print(json.dumps(got, indent=2))
+    else:
+        print(f"imported {got.get('successCount', 0)} saved objects into {args.url}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
     from indexer.loaders import load_queries
@@ -351,6 +365,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_logs)
+
+    s = sub.add_parser("dashboards", help="OpenSearch Dashboards saved objects")
+    acts = s.add_subparsers(dest="action", required=True, metavar="{import}")
+    s = acts.add_parser("import", help="import the index patterns, visualizations and dashboard",
+                        description="Example: hybridsearch dashboards import --url http://127.0.0.1:5601 "
+                        "(credentials: HYBRIDSEARCH_OPENSEARCH_USERNAME / HYBRIDSEARCH_OPENSEARCH_PASSWORD)")
+    s.add_argument("--url", required=True, help="OpenSearch Dashboards URL")
+    s.add_argument("--json", action="store_true", help="print the import API's answer")
+    s.set_defaults(func=cmd_dashboards)
 
     s = sub.add_parser("demo", parents=[common], help="index the bundled demo corpus and answer sample queries")
     s.add_argument("-k", type=int, default=5)

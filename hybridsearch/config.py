@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     opensearch_bulk_retries: int = Field(default=5, ge=0, description="retries of items rejected with 429")
     opensearch_write_block_wait: float = Field(default=600.0, ge=0, description="seconds a write waits while "
                                                "`indices reindex` has the index write-blocked")
+    opensearch_reindex_slices: int = Field(default=2, ge=1, description="parallel slices of `indices reindex`")
     require_opensearch: bool = Field(default=False, description="tests: a missing node fails instead of skipping")
 
     # the local node (hybridsearch opensearch start|stop|status)

@@ -375,14 +375,20 @@ class Admin:
         with self._errors("reindex"):
             total = int(self.client.count(index=old)["count"])
             task = self.client.reindex(body={"source": {"index": old, "size": 500}, "dest": {"index": new}},
-                                       params={"wait_for_completion": "false"})["task"]
+                                       params={"wait_for_completion": "false",
+                                               "slices": str(self.settings.opensearch_reindex_slices)})["task"]
         try:
             while True:
                 with self._errors("reindex status"):
                     got = self.client.tasks.get(task_id=task)
-                status = got.get("task", {}).get("status", {})
+                    # a sliced reindex reports progress in its child tasks until they finish
+                    children = self.client.tasks.list(parent_task_id=task, detailed=True).get("nodes", {})
+                statuses = [t.get("status", {}) for n in children.values() for t in n.get("tasks", {}).values()]
+                statuses.append(got.get("task", {}).get("status", {}))
+                done = max(sum(int(st.get("created", 0)) + int(st.get("updated", 0)) for st in statuses[:-1]),
+                           int(statuses[-1].get("created", 0)) + int(statuses[-1].get("updated", 0)))
                 if progress is not None:
-                    progress(int(status.get("created", 0)) + int(status.get("updated", 0)), total)
+                    progress(min(done, total), total)
                 if got.get("completed"):
                     break
                 time.sleep(poll)

@@ -1,0 +1,159 @@
+"""Operations on a real OpenSearch node, measured on a BEIR dataset; prints tables.
+
+    python bench/ops.py DATASET [--url URL] [--queries N]
+
+1. Reindex under load: the logical index `bench-ops-<dataset>` (documents, MiniLM vectors and HDC
+   codes; vectors from the embedded index cached in `.hybridsearch/bench/<dataset>`, built once)
+   is reindexed with `Admin.reindex` while one thread runs the `hybrid` profile over the dataset's
+   queries through the read alias: time, searches served, failures, empty results for queries
+   that had hits, and latency during against before.
+2. Snapshot and restore: create a snapshot, delete the index, restore it; times and counts.
+3. Query-log overhead: the `hybrid` profile one query at a time, alternating blocks with and
+   without the query log (OpenSearch daily index), p50 each.
+
+The index is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from hybridsearch.config import get_settings  # noqa: E402
+from hybridsearch.embeddings import default_encoder  # noqa: E402
+from hybridsearch.engines.opensearch.admin import Admin  # noqa: E402
+from hybridsearch.metrics import percentile  # noqa: E402
+from indexer.loaders import load_queries  # noqa: E402
+from query_service.evaluate import prepare_index  # noqa: E402
+from query_service.parity import copy_corpus  # noqa: E402
+from query_service.querylog import OpenSearchSink, QueryLog  # noqa: E402
+from query_service.searcher import Searcher, get_profile  # noqa: E402
+
+
+def table(title: str, rows: list[tuple[str, str]]) -> None:
+    print(f"\n{title}")
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", type=Path)
+    ap.add_argument("--url", default=get_settings().opensearch_url)
+    ap.add_argument("--queries", type=int, default=300)
+    args = ap.parse_args()
+    if not args.url:
+        raise SystemExit("error: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL")
+    ds = args.dataset
+    name = f"bench-ops-{ds.resolve().name}"
+    encoder = default_encoder()
+    embedded = prepare_index(ds, Path(".hybridsearch/bench") / ds.resolve().name, need_vectors=True,
+                             encoder=encoder, progress=True, log=print)
+    admin = Admin(args.url)
+    if any(ix.name == name for ix in admin.indices()):
+        admin.delete(name)
+    engine = admin.engine(name)
+    write_s = copy_corpus(ds, embedded, engine, log=print)
+    embedded.close()
+    texts = [q.text for q in load_queries(ds)][: args.queries]
+    hybrid = get_profile("hybrid")
+    searcher = Searcher(engine, encoder=encoder)
+    for q in texts[:20]:
+        searcher.search(q, hybrid)  # warm-up
+    had_hits = {}
+    before_ms = []
+    for q in texts:
+        t = time.perf_counter()
+        had_hits[q] = bool(searcher.search(q, hybrid).hits)
+        before_ms.append((time.perf_counter() - t) * 1000)
+
+    # 1. reindex under load
+    stop = threading.Event()
+    during_ms: list[float] = []
+    failures: list[str] = []
+    empty = [0]
+
+    def load() -> None:
+        i = 0
+        while not stop.is_set():
+            q = texts[i % len(texts)]
+            t = time.perf_counter()
+            try:
+                if not searcher.search(q, hybrid).hits and had_hits[q]:
+                    empty[0] += 1
+            except Exception as e:
+                failures.append(str(e))
+            during_ms.append((time.perf_counter() - t) * 1000)
+            i += 1
+
+    docs = engine.count()
+    th = threading.Thread(target=load)
+    th.start()
+    try:
+        res = admin.reindex(name)
+    finally:
+        stop.set()
+        th.join()
+    table(f"reindex under load: {name}, {docs} documents with vectors and HDC codes (written in {write_s:.1f} s)", [
+        ("reindex time (create, copy, verify, swap)", f"{res.seconds:.1f} s ({res.old} -> {res.new})"),
+        ("copy rate", f"{res.docs / res.seconds:.0f} docs/s"),
+        ("hybrid searches served during it", f"{len(during_ms)}"),
+        ("failed searches", f"{len(failures)}" + (f" (first: {failures[0]})" if failures else "")),
+        ("empty results for queries that had hits", f"{empty[0]}"),
+        ("hybrid p50 / p95 before", f"{percentile(before_ms, 50):.1f} / {percentile(before_ms, 95):.1f} ms"),
+        ("hybrid p50 / p95 during", f"{percentile(during_ms, 50):.1f} / {percentile(during_ms, 95):.1f} ms"),
+        ("count before / after", f"{docs} / {engine.count()}"),
+    ])
+    admin.prune(name, keep=1)
+
+    # 2. snapshot, delete, restore
+    repo = f"bench-{uuid.uuid4().hex[:6]}"
+    admin.repo_add(repo)
+    t = time.perf_counter()
+    snap = admin.snapshot_create("bench", repo, [name])
+    create_s = time.perf_counter() - t
+    admin.delete(name)
+    t = time.perf_counter()
+    admin.snapshot_restore("bench", repo)
+    restore_s = time.perf_counter() - t
+    st = engine.stats()
+    table("snapshot and restore (fs repository on the node's disk)", [
+        ("snapshot create (wait_for_completion)", f"{create_s:.2f} s ({snap['indices'][name]})"),
+        ("delete, then restore with aliases", f"{restore_s:.2f} s"),
+        ("documents / vectors / codes after restore", f"{st.documents} / {st.vectors} / {st.codes}"),
+    ])
+    admin.client.snapshot.delete(repository=repo, snapshot="bench")
+    admin.client.snapshot.delete_repository(repository=repo)
+
+    # 3. query-log overhead: alternating blocks, the same queries
+    log = QueryLog(OpenSearchSink(engine.raw_url, get_settings()))
+    logged = Searcher(engine, encoder=encoder, query_log=log)
+    plain_ms: list[float] = []
+    log_ms: list[float] = []
+    for block in range(0, len(texts), 25):
+        for s, out in ((searcher, plain_ms), (logged, log_ms)):
+            for q in texts[block:block + 25]:
+                t = time.perf_counter()
+                s.search(q, hybrid)
+                out.append((time.perf_counter() - t) * 1000)
+    logged.close()
+    p_plain, p_log = percentile(plain_ms, 50), percentile(log_ms, 50)
+    table(f"query-log overhead, hybrid, {len(texts)} queries each, one at a time", [
+        ("p50 without the query log", f"{p_plain:.2f} ms"),
+        ("p50 with the query log", f"{p_log:.2f} ms ({p_log - p_plain:+.2f} ms)"),
+        ("records written / dropped / failed", f"{log.written} / {log.dropped} / {log.failed}"),
+    ])
+    searcher.close()
+    admin.delete(name)
+    admin.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+"""The Dashboards saved objects: references resolve, every field is mapped and aggregatable, every
+visualization's request returns data on a real node with a real corpus and logged workload, and the
+import reaches a real HTTP server with the right multipart body and headers."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hybridsearch.dashboards import (
+    _import_request,
+    _multipart,
+    import_saved_objects,
+    load_saved_objects,
+    saved_objects_path,
+    visualization_request,
+)
+from hybridsearch.engines.opensearch.queries import template
+from hybridsearch.errors import EngineError, EngineUnavailableError, ValidationError
+from tests.conftest import DEMO
+
+pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
+
+OBJECTS = load_saved_objects()
+BY_ID = {o["id"]: o for o in OBJECTS}
+VISUALIZATIONS = [o for o in OBJECTS if o["type"] == "visualization"]
+QUERY_LOG_TITLE = "hybridsearch-queries-*"
+CORPUS_TITLE = "hybridsearch"
+AGGREGATABLE = {"keyword", "integer", "long", "float", "double", "date", "boolean"}
+NUMERIC = {"integer", "long", "float", "double"}
+KUERY_FIELD = re.compile(r"([\w@.-]+):")
+
+
+def _state(vis: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(vis["attributes"]["visState"]))
+
+
+def _search_source(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(obj["attributes"]["kibanaSavedObjectMeta"]["searchSourceJSON"]))
+
+
+def _pattern_of(vis: Mapping[str, Any]) -> dict[str, Any]:
+    ref_name = _search_source(vis)["indexRefName"]
+    (ref,) = [r for r in vis["references"] if r["name"] == ref_name]
+    return BY_ID[ref["id"]]
+
+
+def _mappings() -> dict[str, dict[str, Any]]:
+    """Index-pattern title -> the properties of the mappings its indices get."""
+    return {QUERY_LOG_TITLE: template("hybridsearch-queries")["template"]["mappings"]["properties"],
+            CORPUS_TITLE: template("hybridsearch-chunks")["template"]["mappings"]["properties"]}
+
+
+def _field_type(properties: Mapping[str, Any], dotted: str) -> str | None:
+    """The mapped type of a field path, through object properties and multi-fields (`query.text`)."""
+    node: Mapping[str, Any] = {"properties": properties}
+    for part in dotted.split("."):
+        if part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif part in node.get("fields", {}):
+            node = node["fields"][part]
+        else:
+            return None
+    return str(node.get("type", "object"))
+
+
+def _fields(vis: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(agg type or 'query', field) for every field the visualization names, queries included."""
+    out = []
+    queries = [_search_source(vis).get("query", {}).get("query", "")]
+    for agg in _state(vis)["aggs"]:
+        if "field" in agg["params"]:
+            out.append((agg["type"], agg["params"]["field"]))
+        queries += [f["input"]["query"] for f in agg["params"].get("filters", [])]
+    out += [("query", f) for q in queries for f in KUERY_FIELD.findall(q)]
+    return out
+
+
+# -- the file ----------------------------------------------------------------------------------
+def test_the_file_is_packaged_next_to_the_templates() -> None:
+    assert saved_objects_path().name == "hybridsearch.ndjson"
+    assert {o["type"] for o in OBJECTS} == {"index-pattern", "visualization", "dashboard"}
+    patterns = {o["attributes"]["title"]: o["attributes"] for o in OBJECTS if o["type"] == "index-pattern"}
+    assert patterns[QUERY_LOG_TITLE]["timeFieldName"] == "@timestamp"
+    assert "timeFieldName" not in patterns[CORPUS_TITLE]
+
+
+def test_ids_are_unique_and_every_reference_resolves() -> None:
+    ids = [o["id"] for o in OBJECTS]
+    assert len(ids) == len(set(ids))
+    for obj in OBJECTS:
+        names = [r["name"] for r in obj["references"]]
+        assert len(names) == len(set(names)), obj["id"]
+        for ref in obj["references"]:
+            assert ref["id"] in BY_ID, f"{obj['id']} -> {ref['id']}"
+            assert BY_ID[ref["id"]]["type"] == ref["type"], f"{obj['id']} -> {ref['id']}"
+    for vis in VISUALIZATIONS:
+        assert _pattern_of(vis)["type"] == "index-pattern"
+        assert _state(vis)["title"] == vis["attributes"]["title"]
+    (dashboard,) = [o for o in OBJECTS if o["type"] == "dashboard"]
+    assert dashboard["attributes"]["title"] == "hybridsearch: queries and corpus"
+    panels = json.loads(dashboard["attributes"]["panelsJSON"])
+    assert sorted(p["panelRefName"] for p in panels) == sorted(r["name"] for r in dashboard["references"])
+    assert {r["id"] for r in dashboard["references"]} == {v["id"] for v in VISUALIZATIONS}
+    assert all(r["type"] == "visualization" for r in dashboard["references"])
+    assert len({p["panelIndex"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for p in panels:  # on the 48-column grid, no two panels overlap
+        g = p["gridData"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 48 and g["i"] == p["panelIndex"]
+        cell = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & cell, p
+        cells |= cell
+
+
+def test_every_field_is_mapped_and_aggregatable() -> None:
+    mappings = _mappings()
+    seen = set()
+    for vis in VISUALIZATIONS:
+        props = mappings[_pattern_of(vis)["attributes"]["title"]]
+        for kind, field in _fields(vis):
+            mapped = _field_type(props, field)
+            where = f"{vis['id']}: {kind} on {field!r} (mapped as {mapped})"
+            assert mapped in AGGREGATABLE, where
+            if kind in ("sum", "avg", "max", "percentiles", "histogram"):
+                assert mapped in NUMERIC, where
+            if kind == "date_histogram":
+                assert mapped == "date", where
+            seen.add(field)
+    assert {"channel_hits.bm25", "channel_hits.dense", "channel_hits.hdc", "channel_hits.citation", "subjects",
+            "year", "ms", "profile", "zero_result", "out_of_domain", "query", "@timestamp"} <= seen
+    # the resolver itself: text and disabled objects are not aggregatable
+    assert _field_type(mappings[QUERY_LOG_TITLE], "query.text") == "text"
+    assert _field_type(mappings[CORPUS_TITLE], "metadata") == "object"
+    assert _field_type(mappings[CORPUS_TITLE], "no.such") is None
+
+
+def test_a_broken_line_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text('{"type": "index-pattern", "id": "a", "attributes": {}}\n\n{"type": "visualization"}\n')
+    with pytest.raises(ValidationError, match=r"bad.ndjson:3, field 'id'"):
+        load_saved_objects(bad)
+    bad.write_text("{not json\n")
+    with pytest.raises(ValidationError, match=r"bad.ndjson:1: not JSON"):
+        load_saved_objects(bad)
+
+
+# -- requests as data ------------------------------------------------------------------------
+def test_the_latency_request_nests_metrics_in_the_profile_buckets() -> None:
+    body = visualization_request(BY_ID["hybridsearch-latency-table"])
+    assert body == {"size": 0, "track_total_hits": True, "query": {"match_all": {}}, "aggs": {"2": {
+        "terms": {"field": "profile", "size": 20, "order": {"_count": "desc"}},
+        "aggs": {"3": {"avg": {"field": "ms"}}, "4": {"percentiles": {"field": "ms", "percents": [95]}},
+                 "5": {"max": {"field": "ms"}}}}}}
+    zero = visualization_request(BY_ID["hybridsearch-top-zero-result-queries"])
+    assert zero["query"] == {"query_string": {"query": "zero_result:true"}}
+    assert visualization_request(BY_ID["hybridsearch-queries-over-time"])["aggs"]["2"]["date_histogram"][
+        "calendar_interval"] == "1h"
+
+
+def test_an_unsupported_agg_names_the_visualization_and_agg() -> None:
+    vis = json.loads(json.dumps(BY_ID["hybridsearch-zero-result-rate"]))
+    state = _state(vis)
+    state["aggs"][0] = {"id": "1", "enabled": True, "type": "cardinality", "schema": "metric",
+                        "params": {"field": "query"}}
+    vis["attributes"]["visState"] = json.dumps(state)
+    with pytest.raises(ValueError, match=r"'Zero-result rate': agg 1 \(cardinality\) is not supported"):
+        visualization_request(vis)
+    state["aggs"][0] = {"id": "1", "enabled": True, "type": "count", "schema": "metric", "params": {}}
+    state["aggs"][1]["params"]["otherBucket"] = True
+    vis["attributes"]["visState"] = json.dumps(state)
+    with pytest.raises(ValueError, match=r"agg 2 \(terms\): other/missing buckets"):
+        visualization_request(vis)
+
+
+# -- every visualization on a real node ------------------------------------------------------
+WORKLOAD = [
+    ("Heine-Borel theorem statement", "hybrid"), ("fundamental group of the circle", "hybrid"),
+    ("best pizza recipe near me", "hybrid"), ("cheap flights to paris this weekend", "hybrid"),
+    ("Gauss Bonnet total curvature", "lexical"), ("compactness", "lexical"), ("zzzzqx wvvvq", "lexical"),
+    ("qqxxj vvbbn", "lexical"), ("every continuous self-map of a closed disk has a fixed point", "semantic"),
+    ("non-orientable surface", "semantic"), ("simplicial homology versus singular homology", "semantic"),
+    ("compactness", "kb-balanced"), ("Riemannian curvature", "kb-balanced"), ("prime numbers", "kb-balanced"),
+    ("de Rham cohomology", "hdc"), ("connected spaces", "hdc"), ("Euler characteristic", "hybrid"),
+    ("best pizza recipe near me", "kb-balanced"), ("path connected", "lexical"), ("open sets", "semantic"),
+]
+
+
+@pytest.fixture(scope="module")
+def workload(opensearch_url: str, encoder: Any) -> Iterator[tuple[Any, str]]:
+    """The demo corpus in a fresh logical index and a logged workload of searches on it; yields
+    (client, logical index name). Removes the corpus and its query-log records afterwards."""
+    from hybridsearch.config import get_settings
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+    from indexer.pipeline import ingest
+    from query_service.querylog import OpenSearchSink, QueryLog
+    from query_service.searcher import Searcher
+
+    engine = OpenSearchEngine(opensearch_url, index=f"dash-{uuid.uuid4().hex[:8]}")
+    client = engine.client
+    before = set(client.indices.get(index="hybridsearch-queries-*", params={"expand_wildcards": "all"}))
+    try:
+        ingest(engine, DEMO, encoder=encoder, progress=False)
+        log = QueryLog(OpenSearchSink(opensearch_url, get_settings()))
+        searcher = Searcher(engine, encoder=encoder, query_log=log, origin="api")
+        reasons = [searcher.search(q, p).diagnostics.get("reason", "") for q, p in WORKLOAD]
+        searcher.close()
+        assert log.stats()["written"] == len(WORKLOAD) and log.stats()["failed"] == 0, log.stats()
+        assert any(str(r).startswith("out of domain") for r in reasons), reasons
+        client.indices.refresh(index="hybridsearch-queries-*")
+        client.indices.refresh(index=engine.index)
+        yield client, engine.index
+    finally:
+        client.delete_by_query(index="hybridsearch-queries-*", body={"query": {"term": {"index": engine.index}}},
+                               params={"refresh": "true", "conflicts": "proceed"})
+        for name in set(client.indices.get(index="hybridsearch-queries-*")) - before:
+            if client.count(index=name)["count"] == 0:  # created by this workload and holding nothing else
+                client.indices.delete(index=name, params={"ignore_unavailable": "true"})
+        engine.drop()
+        engine.close()
+
+
+def _check_levels(vis_id: str, aggs: Mapping[str, Any], bucket_ids: list[str], metric_ids: list[str]) -> None:
+    """Every bucket agg has a bucket with documents at its level; the innermost non-empty buckets have
+    a value for every metric."""
+    levels = [aggs]
+    for bid in bucket_ids:
+        found: list[dict[str, Any]] = []
+        for level in levels:
+            raw = level[bid]["buckets"]
+            found += list(raw.values()) if isinstance(raw, dict) else raw
+        levels = [b for b in found if b["doc_count"] > 0]
+        assert levels, f"{vis_id}: agg {bid} has no bucket with documents"
+    for mid in metric_ids:
+        values = [level[mid].get("value", level[mid].get("values")) for level in levels]
+        assert any(v is not None and v != {} for v in values), f"{vis_id}: metric {mid} has no value"
+        if isinstance(values[0], dict):
+            assert any(x is not None for v in values for x in v.values()), f"{vis_id}: metric {mid} is null"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vis_id", [v["id"] for v in VISUALIZATIONS])
+def test_every_visualization_returns_data(workload: tuple[Any, str], vis_id: str) -> None:
+    client, logical = workload
+    vis = BY_ID[vis_id]
+    body = visualization_request(vis)
+    title = _pattern_of(vis)["attributes"]["title"]
+    if title == QUERY_LOG_TITLE:
+        index = QUERY_LOG_TITLE
+        body["query"] = {"bool": {"must": [body["query"]], "filter": [{"term": {"index": logical}}]}}
+    else:
+        assert title == CORPUS_TITLE
+        index = logical  # the test's logical index stands in for the default one
+    resp = client.search(index=index, body=body)
+    assert resp["hits"]["total"]["value"] > 0, vis_id
+    aggs = [a for a in _state(vis)["aggs"] if a.get("enabled", True)]
+    buckets = [a["id"] for a in aggs if a["type"] in ("terms", "date_histogram", "histogram", "filters")]
+    metrics = [a["id"] for a in aggs if a["type"] in ("sum", "avg", "max", "percentiles")]
+    _check_levels(vis_id, resp.get("aggregations", {}), buckets, metrics)
+    if vis_id == "hybridsearch-top-zero-result-queries":
+        keys = {b["key"] for b in resp["aggregations"]["2"]["buckets"]}
+        assert "best pizza recipe near me" in keys and "zzzzqx wvvvq" in keys
+    if vis_id == "hybridsearch-out-of-domain-rate":
+        got = {k: b["doc_count"] for k, b in resp["aggregations"]["2"]["buckets"].items()}
+        assert got["out of domain"] >= 1 and got["out of domain"] + got["in domain"] == len(WORKLOAD)
+
+
+# -- import ------------------------------------------------------------------------------------
+def test_the_multipart_body_carries_the_ndjson() -> None:
+    data = saved_objects_path().read_bytes()
+    content_type, body = _multipart(data)
+    boundary = content_type.split("boundary=")[1]
+    assert content_type.startswith("multipart/form-data; ")
+    assert body.startswith(f"--{boundary}\r\n".encode()) and body.endswith(f"\r\n--{boundary}--\r\n".encode())
+    assert b'Content-Disposition: form-data; name="file"; filename="hybridsearch.ndjson"' in body
+    assert b"\r\n\r\n" + data + b"\r\n--" + boundary.encode() in body
+    req = _import_request("http://admin:s3cret@dash.example:5601/", data, username=None, password=None,
+                          overwrite=True)
+    assert req.full_url == "http://dash.example:5601/api/saved_objects/_import?overwrite=true"
+    assert req.get_method() == "POST" and req.get_header("Osd-xsrf") == "true"
+    assert req.get_header("Authorization") == "Basic YWRtaW46czNjcmV0"
+    sent_boundary = str(req.get_header("Content-type")).split("multipart/form-data; boundary=")[1]
+    assert isinstance(req.data, bytes) and data in req.data and req.data.endswith(f"--{sent_boundary}--\r\n".encode())
+    assert _import_request("http://d:5601", data, username=None, password=None, overwrite=False).full_url == (
+        "http://d:5601/api/saved_objects/_import")
+
+
+def test_import_against_nothing_listening_is_one_line() -> None:
+    with pytest.raises(EngineUnavailableError) as e:
+        import_saved_objects("http://127.0.0.1:1")
+    assert "does not answer" in str(e.value) and "\n" not in str(e.value)
+
+
+class _Dashboards(http.server.BaseHTTPRequestHandler):
+    """A stand-in for Dashboards' import endpoint: records the request, answers what the test set."""
+
+    answer: tuple[int, bytes] = (200, b"{}")
+    seen: list[tuple[str, dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).seen.append((self.path, dict(self.headers), body))
+        code, payload = type(self).answer
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_dashboards() -> Iterator[str]:
+    _Dashboards.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dashboards)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
+    n = len(OBJECTS)
+    _Dashboards.answer = (200, json.dumps({"success": True, "successCount": n}).encode())
+    assert import_saved_objects(fake_dashboards, username="u", password="p") == {"success": True, "successCount": n}
+    path, headers, body = _Dashboards.seen[-1]
+    assert path == "/api/saved_objects/_import?overwrite=true"
+    assert {k.lower(): v for k, v in headers.items()}["osd-xsrf"] == "true"
+    assert saved_objects_path().read_bytes() in body
+
+    _Dashboards.answer = (200, json.dumps({"success": False, "successCount": 0, "errors": [
+        {"id": "hybridsearch-dashboard", "type": "dashboard",
+         "error": {"type": "missing_references", "references": [{"type": "visualization", "id": "x"}]}}]}).encode())
+    with pytest.raises(EngineError, match=r"dashboard/hybridsearch-dashboard: missing_references visualization/x"):
+        import_saved_objects(fake_dashboards)
+
+    _Dashboards.answer = (400, b'{"statusCode":400,"error":"Bad Request","message":"Invalid file extension .txt"}')
+    with pytest.raises(EngineError, match=r"HTTP 400: Invalid file extension .txt") as e:
+        import_saved_objects(fake_dashboards)
+    assert not isinstance(e.value, EngineUnavailableError)
