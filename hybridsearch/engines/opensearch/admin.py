@@ -211,12 +211,12 @@ class Admin:
         with self._errors("list indices"):
             cat = self.client.cat.indices(format="json", bytes="b", expand_wildcards="all",
                                           h="index,health,status,docs.count,store.size")
-            names = [c["index"] for c in cat if VERSIONED.match(c["index"])]
-            if not names:
+            if not any(VERSIONED.match(c["index"]) for c in cat):
                 return []
-            mappings = self.client.indices.get_mapping(index=",".join(names))
-            aliases = self.client.indices.get_alias(index=",".join(names))
-            blocks = self.client.indices.get_settings(index=",".join(names), name="index.blocks.write")
+            every = {"index": "*-v*", "expand_wildcards": "all"}
+            mappings = self.client.indices.get_mapping(**every)
+            aliases = self.client.indices.get_alias(**every)
+            blocks = self.client.indices.get_settings(**every, name="index.blocks.write")
         by_name: dict[str, LogicalIndex] = {}
         for c in sorted(cat, key=lambda c: c["index"]):
             m = VERSIONED.match(c["index"])
@@ -285,14 +285,18 @@ class Admin:
         finally:
             engine.close()
 
-    def prune(self, name: str, keep: int = 1) -> list[str]:
-        """Delete old versions, keeping the `keep` newest; never the live one or one with an alias."""
+    def prunable(self, name: str, keep: int = 1) -> list[str]:
+        """The versions `prune` would delete."""
         if keep < 1:
             raise ConfigError(f"--keep must be >= 1, got {keep}")
         ix = self.get(name)
         kept = {v.index for v in ix.versions[-keep:]}
-        doomed = [v.index for v in ix.versions if v.index not in kept and not v.aliases
-                  and (ix.live is None or v.version < ix.live.version)]
+        return [v.index for v in ix.versions if v.index not in kept and not v.aliases
+                and (ix.live is None or v.version < ix.live.version)]
+
+    def prune(self, name: str, keep: int = 1) -> list[str]:
+        """Delete old versions, keeping the `keep` newest; never the live one or one with an alias."""
+        doomed = self.prunable(name, keep)
         if doomed:
             with self._errors("delete versions"):
                 self.client.indices.delete(index=",".join(doomed))
@@ -336,6 +340,8 @@ class Admin:
                                        params={"wait_for_active_shards": "1"})
         try:
             self._set_write_block(live.index, True)
+            with self._errors("reindex"):
+                self.client.indices.refresh(index=live.index)  # the copy reads what a search sees
             self._copy(live.index, new, progress, poll)
             with self._errors("reindex"):
                 self.client.indices.put_settings(index=new, body={"index": {"refresh_interval": None}})

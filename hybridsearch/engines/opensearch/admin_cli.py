@@ -168,9 +168,7 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
                                             + (f" (removed unfinished {', '.join(res.removed)})" if res.removed
                                                else "")))
     elif args.action == "prune":
-        ix = admin.get(args.name)
-        keep = {v.index for v in ix.versions[-max(args.keep, 1):]}
-        doomed = [v.index for v in ix.versions if v.index not in keep and not v.aliases]
+        doomed = admin.prunable(args.name, args.keep)
         if doomed:
             confirm(f"delete {', '.join(doomed)} at {admin.url}?", args.yes)
         gone = admin.prune(args.name, args.keep)
