@@ -171,17 +171,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True,
                                  overrides=_parse_sets(args.set))
+        if args.json:
+            print(result.model_dump_json(indent=2), flush=True)
+        else:
+            print(f"query: {args.query}   ({result.diagnostics['profile']}, {result.diagnostics['ms']:.1f} ms)")
+            _print_hits(result)
+            if args.explain:
+                print("explanation (final score = sum of contributions):")
+                _print_explain(result)
+            sys.stdout.flush()
     finally:
-        searcher.close()
+        searcher.close()  # writes the query-log record
         engine.close()
-    if args.json:
-        print(result.model_dump_json(indent=2))
-    else:
-        print(f"query: {args.query}   ({result.diagnostics['profile']}, {result.diagnostics['ms']:.1f} ms)")
-        _print_hits(result)
-        if args.explain:
-            print("explanation (final score = sum of contributions):")
-            _print_explain(result)
     return 0
 
 
@@ -226,18 +227,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from query_service import querylog
 
     age = querylog.parse_age(args.older_than)
-    if _engine_name(args) == "opensearch":
+    log_dir = get_settings().query_log_dir
+    if _engine_name(args) == "opensearch" and log_dir is None:
         from hybridsearch.engines.opensearch.admin import Admin
 
         admin = Admin(_opensearch_target(args)[0])
         try:
             confirm(f"delete query-log indices older than {args.older_than} at {admin.url}?", args.yes)
-            with admin._errors("prune query log"):
+            with admin.errors("prune query log"):
                 gone = querylog.prune_indices(admin.client, age)
         finally:
             admin.close()
-    else:
-        directory = get_settings().query_log_dir or _index_dir(args) / "querylog"
+    else:  # JSONL files: HYBRIDSEARCH_QUERY_LOG_DIR, else the index directory's
+        directory = log_dir or _index_dir(args) / "querylog"
         confirm(f"delete query-log files older than {args.older_than} in {directory}?", args.yes)
         gone = querylog.prune_files(directory, age)
     if args.json:

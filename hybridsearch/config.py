@@ -19,7 +19,7 @@ class Settings(BaseSettings):
     exact_dense_max: int = Field(default=200_000, ge=0)
     torch_threads: int | None = Field(default=None, ge=1)
 
-    # query log: one record per search from the CLI, the Python API and the HTTP service
+    # query log: one record per search from the CLI and the Python API
     query_log: bool = Field(default=True, description="write the query log")
     query_log_dir: Path | None = Field(default=None, description="JSONL directory for the query log; default: "
                                        "<index dir>/querylog on the embedded engine, daily indices on OpenSearch")
@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     opensearch_write_block_wait: float = Field(default=600.0, ge=0, description="seconds a write waits while "
                                                "`indices reindex` has the index write-blocked")
     opensearch_reindex_slices: int = Field(default=2, ge=1, description="parallel slices of `indices reindex`")
+    opensearch_snapshot_repo: str = Field(default="hybridsearch", description="snapshot repository of the "
+                                          "`snapshot` commands")
     require_opensearch: bool = Field(default=False, description="tests: a missing node fails instead of skipping")
 
     # the local node (hybridsearch opensearch start|stop|status)

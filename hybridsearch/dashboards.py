@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 import urllib.error
 import urllib.request
 import uuid
@@ -24,10 +25,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from hybridsearch.config import Settings, get_settings
 from hybridsearch.errors import EngineError, EngineUnavailableError, ValidationError
 
 FILENAME = "hybridsearch.ndjson"
-TIMEOUT = 30.0
 METRIC_AGGS = ("count", "sum", "avg", "max", "percentiles")
 BUCKET_AGGS = ("terms", "date_histogram", "histogram", "filters")
 # Dashboards writes a single calendar unit as calendar_interval and anything else as fixed_interval
@@ -170,7 +171,7 @@ def _bucket(title: str, agg: Mapping[str, Any], metrics: Mapping[str, Mapping[st
 
 # -- import ------------------------------------------------------------------------------------
 def import_saved_objects(dashboards_url: str, *, username: str | None = None, password: str | None = None,
-                         overwrite: bool = True) -> dict[str, Any]:
+                         overwrite: bool = True, settings: Settings | None = None) -> dict[str, Any]:
     """Import the packaged saved objects into OpenSearch Dashboards (`POST /api/saved_objects/_import`).
     Returns Dashboards' answer: `success`, `successCount` (objects written) and, on failure,
     `errors` (per object: id, type and error). Raises EngineUnavailableError when Dashboards does not
@@ -182,8 +183,15 @@ def import_saved_objects(dashboards_url: str, *, username: str | None = None, pa
     request = _import_request(dashboards_url, saved_objects_path().read_bytes(), username=username,
                               password=password, overwrite=overwrite)
     shown = display_url(dashboards_url)
+    s = settings or get_settings()  # timeout and TLS as for OpenSearch
+    context = None
+    if urlsplit(dashboards_url).scheme == "https":
+        context = ssl.create_default_context(cafile=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None)
+        if not s.opensearch_verify_certs:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as resp:
+        with urllib.request.urlopen(request, timeout=s.opensearch_timeout, context=context) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as e:
         raise EngineError(f"OpenSearch Dashboards at {shown} refused the import: HTTP {e.code}: "

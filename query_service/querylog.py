@@ -2,7 +2,7 @@
 
 A record holds the time, the query text, profile, engine, index, origin (cli, api, http), the
 per-stage latency, hit counts per channel, the zero-result and out-of-domain flags and the top
-ids; never credentials or API keys (the HTTP service logs a key's name, not the key). `put`
+ids; never credentials or API keys (a caller's key goes in by name, through `log_extra`). `put`
 never blocks and never raises: a full buffer drops the record and counts it, and a failing sink
 counts its failures. On OpenSearch records go to daily indices `hybridsearch-queries-YYYY.MM.DD`
 (template `opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL
@@ -11,6 +11,7 @@ files `queries-YYYY-MM-DD.jsonl` with the same fields.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import json
@@ -60,38 +61,42 @@ def make_record(query: str, result: SearchResult, *, engine: str, index: str, or
 class QueryLog:
     """A bounded buffer drained by one daemon thread that writes batches to a sink."""
 
-    def __init__(self, sink: Sink, *, capacity: int = 10_000, batch: int = 500, interval: float = 1.0) -> None:
+    def __init__(self, sink: Sink, *, capacity: int = 10_000, batch: int = 500) -> None:
         self.sink = sink
-        self.batch, self.interval = batch, interval
+        self.batch = batch
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
         self.dropped = self.written = self.failed = 0
         self.last_error: str | None = None
-        self._idle = threading.Event()
-        self._idle.set()
+        self._lock = threading.Lock()
+        self._pending = 0  # accepted and not yet written or failed
+        self._idle = threading.Condition(self._lock)
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="query-log", daemon=True)
         self._thread.start()
+        atexit.register(self.close)  # a log never closed still writes what it holds at exit
 
     def put(self, record: dict[str, Any]) -> bool:
         """Queue a record; False (and counted) when the buffer is full or the log is closed."""
-        if not self._thread.is_alive():
-            self.dropped += 1
-            return False
-        try:
-            self._idle.clear()
-            self._queue.put_nowait(record)
+        with self._lock:
+            if self._closed:
+                self.dropped += 1
+                return False
+            try:
+                self._queue.put_nowait(record)
+            except queue.Full:
+                self.dropped += 1
+                return False
+            self._pending += 1
             return True
-        except queue.Full:
-            self.dropped += 1
-            return False
 
     def _run(self) -> None:
         while True:
             first = self._queue.get()
             stop = first is None
             records = [] if first is None else [first]
-            while len(records) < self.batch:
+            while len(records) < self.batch and not stop:
                 try:
-                    r = self._queue.get(timeout=0.05 if not stop else 0)
+                    r = self._queue.get(timeout=0.05)
                 except queue.Empty:
                     break
                 if r is None:
@@ -101,29 +106,41 @@ class QueryLog:
             if records:
                 try:
                     self.sink.write(records)
-                    self.written += len(records)
+                    ok, error = True, None
                 except Exception as e:  # a log that cannot be written must not fail a search
-                    self.failed += len(records)
-                    self.last_error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            if self._queue.empty():
-                self._idle.set()
+                    ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                with self._lock:
+                    if ok:
+                        self.written += len(records)
+                    else:
+                        self.failed += len(records)
+                        self.last_error = error
+                    self._pending -= len(records)
+                    self._idle.notify_all()
             if stop:
                 return
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every queued record was written (or failed); False on timeout."""
-        return self._idle.wait(timeout)
+        """Wait until every accepted record was written (or failed); False on timeout."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def stats(self) -> dict[str, Any]:
-        return {"written": self.written, "dropped": self.dropped, "failed": self.failed,
-                "queued": self._queue.qsize(), "last_error": self.last_error}
+        with self._lock:
+            return {"written": self.written, "dropped": self.dropped, "failed": self.failed,
+                    "queued": self._pending, "last_error": self.last_error}
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued (for at most `timeout` seconds), then stop."""
-        if self._thread.is_alive():
-            with contextlib.suppress(queue.Full):
-                self._queue.put(None, timeout=timeout)
-            self._thread.join(timeout)
+        """Write what is queued (for at most `timeout` seconds), then stop; later records are
+        dropped and counted."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=timeout)
+        self._thread.join(timeout)
         self.sink.close()
 
 
@@ -160,14 +177,20 @@ class OpenSearchSink:
         self._template = False
 
     def write(self, records: Sequence[dict[str, Any]]) -> None:
+        import opensearchpy
         from opensearchpy import helpers
 
         from hybridsearch.engines.opensearch import queries as Q
         from hybridsearch.engines.opensearch.admin import QUERY_LOG_TEMPLATE, put_template
 
         if not self._template:
-            put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE))
             self._template = True
+            try:
+                put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE))
+            except opensearchpy.exceptions.TransportError as e:
+                if e.status_code not in (401, 403):  # a user who may only write: `templates apply` puts it
+                    self._template = False
+                    raise
         actions = [{"_op_type": "create", "_index": index_for(r["@timestamp"]), "_source": r} for r in records]
         _, errors = helpers.bulk(self.client, actions, raise_on_error=False, stats_only=False)
         if errors:
@@ -188,12 +211,13 @@ def open_query_log(engine: Any, settings: Settings | None = None) -> QueryLog | 
     s = settings or get_settings()
     if not s.query_log:
         return None
+    kind = engine_fields(engine)["engine"]
     sink: Sink
     if s.query_log_dir is not None:
         sink = JsonlSink(s.query_log_dir)
-    elif getattr(engine, "client", None) is not None and hasattr(engine, "write_alias"):
+    elif kind == "opensearch":
         sink = OpenSearchSink(engine.raw_url, s)
-    elif isinstance(getattr(engine, "path", None), Path):
+    elif kind == "embedded":
         sink = JsonlSink(engine.path / "querylog")
     else:
         return None
@@ -202,7 +226,7 @@ def open_query_log(engine: Any, settings: Settings | None = None) -> QueryLog | 
 
 def engine_fields(engine: Any) -> dict[str, str]:
     """The engine and index a record names."""
-    if hasattr(engine, "write_alias"):
+    if hasattr(engine, "write_alias") and hasattr(engine, "raw_url"):
         return {"engine": "opensearch", "index": str(engine.index)}
     if isinstance(getattr(engine, "path", None), Path):
         return {"engine": "embedded", "index": str(engine.path.resolve())}

@@ -98,7 +98,7 @@ class Searcher:
                overrides: Mapping[str, Any] | None = None,
                kb_names: Sequence[str] | None = None, log_extra: Mapping[str, Any] | None = None) -> SearchResult:
         """Run a profile; with a query log, queue one record of the search (`log_extra` adds
-        fields, e.g. the HTTP service's key name)."""
+        fields to it, e.g. the name of the caller's API key)."""
         result = self._search(query, profile, k=k, filters=filters, with_documents=with_documents,
                               overrides=overrides, kb_names=kb_names)
         if self.query_log is not None:

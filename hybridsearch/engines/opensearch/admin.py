@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -28,16 +29,17 @@ from hybridsearch.engines.opensearch.engine import (
     OpenSearchEngine,
     check_index_name,
     display_url,
+    error_reason,
     make_client,
     translate_errors,
 )
-from hybridsearch.errors import ConfigError, EngineError, IndexNotFoundError
+from hybridsearch.errors import ConfigError, EngineError, HybridSearchError, IndexNotFoundError
 
+_log = logging.getLogger("hybridsearch.opensearch")
 VERSIONED = re.compile(r"^(?P<name>.+)-v(?P<version>\d+)$")
 SEARCH_PIPELINES = ("hybridsearch-minmax", "hybridsearch-rrf")
 QUERY_LOG_TEMPLATE = "hybridsearch-queries"
 QUERY_LOG_POLICY = "hybridsearch-queries-30d"
-DEFAULT_REPO = "hybridsearch"
 
 Progress = Callable[[int, int], None]  # (documents copied, documents in all)
 
@@ -61,6 +63,7 @@ class Version:
     health: str
     aliases: list[str]
     write_blocked: bool
+    reindexed_from: str | None = None
 
 
 @dataclass
@@ -149,7 +152,7 @@ class Admin:
         self.url = display_url(url)
         self.client = make_client(url, s)
 
-    def _errors(self, what: str, index: str | None = None) -> AbstractContextManager[None]:
+    def errors(self, what: str, index: str | None = None) -> AbstractContextManager[None]:
         return translate_errors(self.url, what, index)
 
     def engine(self, name: str) -> OpenSearchEngine:
@@ -165,10 +168,10 @@ class Admin:
         default), the query-log template, the search pipelines, and the query-log ISM policy where
         the index-management plugin is installed."""
         knn = self.settings.opensearch_knn_engine
-        with self._errors("apply templates"):
+        with self.errors("apply templates"):
             out = [put_template(self.client, "component template", f"hybridsearch-chunks-{knn}",
                                 Q.chunks_template(knn))]
-            for name in names if names is not None else [ix.name for ix in self.indices()]:
+            for name in [check_index_name(n) for n in names] if names else [ix.name for ix in self.indices()]:
                 out.append(put_template(self.client, "index template", f"hybridsearch-{name}",
                                         Q.index_template(name, knn)))
             out.append(put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE)))
@@ -184,7 +187,7 @@ class Admin:
         return out
 
     def plugins(self) -> set[str]:
-        with self._errors("list plugins"):
+        with self.errors("list plugins"):
             return {p["component"] for p in self.client.cat.plugins(format="json")}
 
     def _apply_ism_policy(self) -> Change:
@@ -208,7 +211,7 @@ class Admin:
     # -- logical indices --------------------------------------------------------------------------
     def indices(self) -> list[LogicalIndex]:
         """Every logical index hybridsearch made on the cluster (versions with our `_meta`)."""
-        with self._errors("list indices"):
+        with self.errors("list indices"):
             cat = self.client.cat.indices(format="json", bytes="b", expand_wildcards="all",
                                           h="index,health,status,docs.count,store.size")
             if not any(VERSIONED.match(c["index"]) for c in cat):
@@ -228,7 +231,8 @@ class Admin:
             blocked = blocks.get(c["index"], {}).get("settings", {}).get("index", {}).get("blocks", {}).get("write")
             v = Version(c["index"], int(m["version"]), int(c.get("docs.count") or 0), int(c.get("store.size") or 0),
                         c.get("health") or c.get("status") or "unknown",
-                        sorted(aliases.get(c["index"], {}).get("aliases", {})), blocked == "true")
+                        sorted(aliases.get(c["index"], {}).get("aliases", {})), blocked == "true",
+                        meta.get("reindexed_from"))
             by_name.setdefault(m["name"], LogicalIndex(m["name"])).versions.append(v)
         for ix in by_name.values():
             ix.versions.sort(key=lambda v: v.version)
@@ -294,17 +298,18 @@ class Admin:
         return [v.index for v in ix.versions if v.index not in kept and not v.aliases
                 and (ix.live is None or v.version < ix.live.version)]
 
-    def prune(self, name: str, keep: int = 1) -> list[str]:
-        """Delete old versions, keeping the `keep` newest; never the live one or one with an alias."""
-        doomed = self.prunable(name, keep)
+    def prune(self, name: str, keep: int = 1, only: Sequence[str] | None = None) -> list[str]:
+        """Delete old versions, keeping the `keep` newest; never the live one or one with an alias;
+        with `only`, none outside it (the list a user confirmed)."""
+        doomed = [v for v in self.prunable(name, keep) if only is None or v in only]
         if doomed:
-            with self._errors("delete versions"):
+            with self.errors("delete versions"):
                 self.client.indices.delete(index=",".join(doomed))
         return doomed
 
     # -- reindex --------------------------------------------------------------------------------
     def _reindex_tasks(self, name: str) -> list[str]:
-        with self._errors("list tasks"):
+        with self.errors("list tasks"):
             got = self.client.tasks.list(actions="*reindex", detailed=True)
         out = []
         for node in got.get("nodes", {}).values():
@@ -328,22 +333,28 @@ class Admin:
         running = self._reindex_tasks(name)
         if running:
             raise EngineError(f"a reindex of {name!r} is already running (task {running[0]})")
+        newer = [v for v in ix.versions if v.version > live.version]
+        stray = [v.index for v in newer if v.aliases or v.reindexed_from != live.index]
+        if stray:
+            raise EngineError(f"{', '.join(stray)} is newer than the live version {live.index} but was not left by a "
+                              f"reindex of it; move the aliases or delete it first")
+        removed = [v.index for v in newer]  # left by an interrupted reindex of the live version
         t0 = time.perf_counter()
-        removed = [v.index for v in ix.versions if v.version > live.version]  # left by an interrupted reindex
-        with self._errors("reindex"):
+        with self.errors("reindex"):
             if removed:
                 self.client.indices.delete(index=",".join(removed))
             apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
-            new = f"{name}-v{max(v.version for v in ix.versions) + 1}"
+            new = f"{name}-v{max(v.version for v in ix.versions if v.index not in removed) + 1}"
             self.client.indices.create(index=new, body={"settings": {"index": {"refresh_interval": "-1"}},
                                                         "mappings": {"_meta": self._meta_for(live.index, new)}},
                                        params={"wait_for_active_shards": "1"})
         try:
-            self._set_write_block(live.index, True)
-            with self._errors("reindex"):
+            with self.errors("write block"):
+                # waits until writes already under way on the shards have finished
+                self.client.indices.add_block(index=live.index, block="write")
                 self.client.indices.refresh(index=live.index)  # the copy reads what a search sees
             self._copy(live.index, new, progress, poll)
-            with self._errors("reindex"):
+            with self.errors("reindex"):
                 self.client.indices.put_settings(index=new, body={"index": {"refresh_interval": None}})
                 self.client.indices.refresh(index=f"{live.index},{new}")
                 before = int(self.client.count(index=live.index)["count"])
@@ -359,33 +370,43 @@ class Admin:
                     {"add": {"index": new, "alias": name}},
                     {"remove": {"index": live.index, "alias": f"{name}-write"}},
                     {"add": {"index": new, "alias": f"{name}-write", "is_write_index": True}}]})
-        except BaseException:
-            self._abandon(live.index, new)
-            raise
-        return ReindexResult(name, live.index, new, after, time.perf_counter() - t0, removed)
+        except BaseException as e:
+            if not self._swapped(name, new):  # a swap that timed out on our side may still have happened
+                self._abandon(live.index, new, e)
+                raise
+        return ReindexResult(name, live.index, new, before, time.perf_counter() - t0, removed)
+
+    def _swapped(self, name: str, new: str) -> bool:
+        try:
+            return new in self.client.indices.get_alias(name=name, ignore=404)
+        except Exception:
+            return False
 
     def _meta_for(self, old: str, new: str) -> dict[str, Any]:
-        with self._errors("read metadata"):
+        """The hybridsearch `_meta` of `old`, for version `new` (made from `old` when they differ)."""
+        with self.errors("read metadata"):
             got = self.client.indices.get_mapping(index=old)
         meta = dict(got[old]["mappings"].get("_meta", {}).get("hybridsearch", {}))
         m = VERSIONED.match(new)
         assert m is not None
-        meta.update(version=int(m["version"]), reindexed_from=old)
+        meta["version"] = int(m["version"])
+        if new != old:
+            meta["reindexed_from"] = old
         return {"hybridsearch": meta}
 
     def _set_write_block(self, index: str, on: bool) -> None:
-        with self._errors("write block"):
+        with self.errors("write block"):
             self.client.indices.put_settings(index=index, body={"index": {"blocks": {"write": True if on else None}}})
 
     def _copy(self, old: str, new: str, progress: Progress | None, poll: float) -> None:
-        with self._errors("reindex"):
+        with self.errors("reindex"):
             total = int(self.client.count(index=old)["count"])
             task = self.client.reindex(body={"source": {"index": old, "size": 500}, "dest": {"index": new}},
                                        params={"wait_for_completion": "false",
                                                "slices": str(self.settings.opensearch_reindex_slices)})["task"]
         try:
             while True:
-                with self._errors("reindex status"):
+                with self.errors("reindex status"):
                     got = self.client.tasks.get(task_id=task)
                     # a sliced reindex reports progress in its child tasks until they finish
                     children = self.client.tasks.list(parent_task_id=task, detailed=True).get("nodes", {})
@@ -399,7 +420,8 @@ class Admin:
                     break
                 time.sleep(poll)
         except BaseException:
-            self.client.tasks.cancel(task_id=task, ignore=404)
+            # wait for the slices to stop, so that none writes into the version about to be deleted
+            self.client.tasks.cancel(task_id=task, params={"wait_for_completion": "true"}, ignore=404)
             raise
         if got.get("error"):
             raise EngineError(f"reindex {old} -> {new} failed: {got['error'].get('reason', got['error'])}")
@@ -409,46 +431,61 @@ class Admin:
             raise EngineError(f"reindex {old} -> {new}: {len(failures)} documents failed, e.g. {f.get('id')}: "
                               f"{(f.get('cause') or {}).get('reason', f)}")
 
-    def _abandon(self, live: str, new: str) -> None:
-        """Undo an unfinished reindex: delete the new version, unblock the live one."""
+    def _abandon(self, live: str, new: str, cause: BaseException) -> None:
+        """Undo an unfinished reindex: delete the new version, unblock the live one. A failure
+        here is added to the message of `cause`, which the caller re-raises."""
         try:
             self.client.indices.delete(index=new, ignore=404)
-        finally:
             self._set_write_block(live, False)
+        except Exception as e:
+            note = (f"; cleaning up also failed ({error_reason(e)}): delete {new} and lift the write block on {live} "
+                    f"(`hybridsearch indices reindex` does both when run again)")
+            if isinstance(cause, HybridSearchError) and cause.args:
+                cause.args = (str(cause.args[0]) + note, *cause.args[1:])
+            else:
+                _log.error("reindex cleanup failed%s", note)
 
     # -- snapshots ------------------------------------------------------------------------------
-    def repo_add(self, repo: str = DEFAULT_REPO, location: str | None = None) -> dict[str, Any]:
+    def repo_add(self, repo: str | None = None, location: str | None = None) -> dict[str, Any]:
         """Register (and verify) an `fs` snapshot repository; `location` is relative to the node's
         `path.repo` unless absolute."""
+        repo = repo or self.settings.opensearch_snapshot_repo
         body = {"type": "fs", "settings": {"location": location or repo}}
-        with self._errors("add snapshot repository"):
+        with self.errors("add snapshot repository"):
             self.client.snapshot.create_repository(repository=repo, body=body)
             nodes = self.client.snapshot.verify_repository(repository=repo)["nodes"]
         return {"repository": repo, **body, "verified_nodes": len(nodes)}
 
-    def snapshots(self, repo: str = DEFAULT_REPO) -> list[dict[str, Any]]:
-        with self._errors("list snapshots"):
-            self._check_repo(repo)
+    def snapshots(self, repo: str | None = None) -> list[dict[str, Any]]:
+        with self.errors("list snapshots"):
+            repo = self._check_repo(repo)
             got = self.client.snapshot.get(repository=repo, snapshot="_all")["snapshots"]
         return [{"snapshot": s["snapshot"], "state": s["state"], "indices": sorted(s["indices"]),
                  "logical": sorted((s.get("metadata") or {}).get("hybridsearch", {}).get("indices", {})),
                  "start": s.get("start_time"), "seconds": s.get("duration_in_millis", 0) / 1000}
                 for s in got]
 
-    def _check_repo(self, repo: str) -> None:
-        if not self.client.snapshot.get_repository(repository=repo, ignore=404).get(repo):
+    def _check_repo(self, repo: str | None) -> str:
+        """The repository's name (default: the setting), which must exist."""
+        repo = repo or self.settings.opensearch_snapshot_repo
+        with self.errors("read snapshot repository"):
+            found = self.client.snapshot.get_repository(repository=repo, ignore=404).get(repo)
+        if not found:
             raise ConfigError(f"no snapshot repository {repo!r} at {self.url}; add one with "
                               f"`hybridsearch snapshot repo-add {repo}`")
+        return repo
 
-    def snapshot_create(self, snapshot: str, repo: str = DEFAULT_REPO,
+    def snapshot_create(self, snapshot: str, repo: str | None = None,
                         names: Sequence[str] | None = None) -> dict[str, Any]:
         """Snapshot the live version of each logical index (all by default), with its aliases."""
         chosen = [self.get(n) for n in names] if names else self.indices()
         if not chosen:
             raise IndexNotFoundError(f"no hybridsearch index at {self.url} to snapshot")
         live = {ix.name: ix.live.index for ix in chosen if ix.live is not None}
-        with self._errors("create snapshot"):
-            self._check_repo(repo)
+        if not live:
+            raise IndexNotFoundError(f"no live version of {', '.join(ix.name for ix in chosen)} to snapshot")
+        with self.errors("create snapshot"):
+            repo = self._check_repo(repo)
             got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
                 "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
                 "metadata": {"hybridsearch": {"indices": live}}}, params={"wait_for_completion": "true"})
@@ -458,35 +495,70 @@ class Admin:
         return {"snapshot": snapshot, "repository": repo, "state": s["state"], "indices": live,
                 "seconds": s.get("duration_in_millis", 0) / 1000}
 
-    def snapshot_restore(self, snapshot: str, repo: str = DEFAULT_REPO, names: Sequence[str] | None = None,
-                         *, replace: bool = False) -> dict[str, Any]:
-        """Restore logical indices (all in the snapshot by default) with their aliases. One that
-        exists is replaced only with `replace` (its current versions are deleted first)."""
-        with self._errors("read snapshot"):
-            self._check_repo(repo)
+    def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None) -> dict[str, str]:
+        """{logical index: concrete index} of a successful hybridsearch snapshot, for `names` (all
+        by default)."""
+        with self.errors("read snapshot"):
             got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
         snaps = got.get("snapshots") or []
         if not snaps:
             raise IndexNotFoundError(f"no snapshot {snapshot!r} in repository {repo!r}")
+        if snaps[0].get("state") != "SUCCESS":
+            raise EngineError(f"snapshot {snapshot!r} is {snaps[0].get('state')}, not SUCCESS; not restoring it")
         stored: dict[str, str] = (snaps[0].get("metadata") or {}).get("hybridsearch", {}).get("indices", {})
+        if not stored:
+            raise IndexNotFoundError(f"snapshot {snapshot!r} was not made by `hybridsearch snapshot create` "
+                                     "(it names no logical index)")
         if names:
             unknown = [n for n in names if n not in stored]
             if unknown:
                 raise IndexNotFoundError(f"snapshot {snapshot!r} holds no index {', '.join(map(repr, unknown))}; it "
-                                         f"holds {', '.join(sorted(stored)) or 'none'}")
+                                         f"holds {', '.join(sorted(stored))}")
             stored = {n: stored[n] for n in names}
+        return stored
+
+    def restore_conflicts(self, snapshot: str, repo: str | None = None,
+                          names: Sequence[str] | None = None) -> list[str]:
+        """The existing logical indices a restore of `snapshot` would replace."""
+        stored = self._stored(snapshot, self._check_repo(repo), names)
+        return sorted(ix.name for ix in self.indices() if ix.name in stored)
+
+    def snapshot_restore(self, snapshot: str, repo: str | None = None, names: Sequence[str] | None = None,
+                         *, replace: bool = False) -> dict[str, Any]:
+        """Restore logical indices (all in the snapshot by default) with their aliases. One that
+        exists is replaced only with `replace`: the snapshot is restored beside it as a new
+        version, the aliases move to that version in one request, and only then are the old
+        versions deleted."""
+        repo = self._check_repo(repo)
+        stored = self._stored(snapshot, repo, names)
         present = {ix.name: ix for ix in self.indices() if ix.name in stored}
         if present and not replace:
             raise ConfigError(f"index {', '.join(sorted(present))} exists at {self.url}; pass --yes to replace it")
         t0 = time.perf_counter()
-        with self._errors("restore snapshot"):
-            for ix in present.values():
-                self.client.indices.delete(index=",".join(v.index for v in ix.versions))
-            self.client.snapshot.restore(repository=repo, snapshot=snapshot, body={
-                "indices": ",".join(stored.values()), "include_aliases": True, "include_global_state": False},
-                params={"wait_for_completion": "true"})
-            for name in stored:
+        restored: dict[str, str] = {}
+        with self.errors("restore snapshot"):
+            for name, concrete in stored.items():
+                ix = present.get(name)
+                taken = [v.version for v in ix.versions] if ix else []
+                m = VERSIONED.match(concrete)
+                target = concrete if m is None or int(m["version"]) not in taken else f"{name}-v{max(taken) + 1}"
+                self.client.snapshot.restore(repository=repo, snapshot=snapshot, body={
+                    "indices": concrete, "include_aliases": False, "include_global_state": False,
+                    "rename_pattern": f"^{re.escape(concrete)}$", "rename_replacement": target,
+                    # a snapshot taken while a reindex copied the index must not come back blocked
+                    "index_settings": {"index.blocks.write": False}}, params={"wait_for_completion": "true"})
+                self.client.cluster.health(index=target, wait_for_status="yellow")
+                self.client.indices.put_mapping(index=target, body={"_meta": self._meta_for(target, target)})
+                actions: list[dict[str, Any]] = []
+                for v in ix.versions if ix else []:
+                    actions += [{"remove": {"index": v.index, "alias": a}} for a in v.aliases
+                                if a in (name, f"{name}-write")]
+                actions += [{"add": {"index": target, "alias": name}},
+                            {"add": {"index": target, "alias": f"{name}-write", "is_write_index": True}}]
+                self.client.indices.update_aliases(body={"actions": actions})
+                if ix:
+                    self.client.indices.delete(index=",".join(v.index for v in ix.versions))
                 apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
-            self.client.cluster.health(index=",".join(stored.values()), wait_for_status="yellow")
-        return {"snapshot": snapshot, "repository": repo, "indices": stored, "replaced": sorted(present),
+                restored[name] = target
+        return {"snapshot": snapshot, "repository": repo, "indices": restored, "replaced": sorted(present),
                 "seconds": time.perf_counter() - t0}

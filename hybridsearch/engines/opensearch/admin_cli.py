@@ -22,7 +22,10 @@ def confirm(question: str, yes: bool) -> None:
         return
     if not sys.stdin.isatty():
         raise HybridSearchError(f"{question.rstrip('?')}: refused without --yes (stdin is not a terminal)")
-    answer = input(f"{question} [y/N] ").strip().lower()
+    try:
+        answer = input(f"{question} [y/N] ").strip().lower()
+    except EOFError:
+        answer = ""
     if answer not in ("y", "yes"):
         raise HybridSearchError("cancelled")
 
@@ -90,9 +93,10 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("snapshot", help="snapshots of logical indices in an fs repository under path.repo")
     acts = p.add_subparsers(dest="action", required=True, metavar="{repo-add,create,list,restore}")
     repo = argparse.ArgumentParser(add_help=False)
-    repo.add_argument("--repo", default="hybridsearch", help="repository name (default: %(default)s)")
+    repo.add_argument("--repo", help="repository (default: $HYBRIDSEARCH_OPENSEARCH_SNAPSHOT_REPO or hybridsearch)")
     s = acts.add_parser("repo-add", parents=[common], help="register an fs repository (location under path.repo)")
-    s.add_argument("repo", nargs="?", default="hybridsearch")
+    s.add_argument("repo", nargs="?", help="repository name (default: $HYBRIDSEARCH_OPENSEARCH_SNAPSHOT_REPO or "
+                   "hybridsearch)")
     s.add_argument("--location", help="directory, relative to the node's path.repo (default: the repository name)")
     s = acts.add_parser("create", parents=[common, repo], help="snapshot the live version of logical indices")
     s.add_argument("name")
@@ -171,7 +175,7 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
         doomed = admin.prunable(args.name, args.keep)
         if doomed:
             confirm(f"delete {', '.join(doomed)} at {admin.url}?", args.yes)
-        gone = admin.prune(args.name, args.keep)
+        gone = admin.prune(args.name, args.keep, only=doomed)
         _emit(args, {"deleted": gone}, lambda: f"deleted {', '.join(gone)}" if gone else "nothing to prune")
     return 0
 
@@ -212,15 +216,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             _emit(args, snaps, lambda: _table(shown, ["snapshot", "state", "logical", "indices", "start", "seconds"])
                   if snaps else f"no snapshots in {args.repo!r}")
         elif args.action == "restore":
-            from hybridsearch.errors import ConfigError
-
-            try:
-                res = admin.snapshot_restore(args.name, args.repo, args.index, replace=args.yes)
-            except ConfigError as e:
-                if args.yes or "pass --yes" not in str(e):
-                    raise
-                confirm(f"{str(e).split(';')[0]}: replace it with the snapshot?", False)
-                res = admin.snapshot_restore(args.name, args.repo, args.index, replace=True)
+            conflicts = admin.restore_conflicts(args.name, args.repo, args.index)
+            if conflicts:
+                confirm(f"replace {', '.join(conflicts)} at {admin.url} with snapshot {args.name!r}?", args.yes)
+            res = admin.snapshot_restore(args.name, args.repo, args.index, replace=True)
             _emit(args, res, lambda: f"restored {', '.join(f'{k} ({v})' for k, v in res['indices'].items())} from "
                   f"{res['snapshot']!r} in {res['seconds']:.1f} s"
                   + (f"; replaced {', '.join(res['replaced'])}" if res["replaced"] else ""))

@@ -121,17 +121,17 @@ def translate_errors(url: str, what: str, index: str | None = None) -> Iterator[
     try:
         yield
     except exc.ConnectionError as e:
-        raise EngineUnavailableError(f"cannot reach OpenSearch at {url} ({what}): {_reason(e)}") from e
+        raise EngineUnavailableError(f"cannot reach OpenSearch at {url} ({what}): {error_reason(e)}") from e
     except exc.NotFoundError as e:
         if index is not None and getattr(e, "error", "") == "index_not_found_exception":
             raise IndexNotFoundError(f"no index {index!r} at {url}; ingest into it first") from e
-        raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+        raise EngineError(f"OpenSearch {what} failed: {error_reason(e)}") from e
     except (exc.AuthenticationException, exc.AuthorizationException) as e:
-        raise EngineUnavailableError(f"OpenSearch at {url} refused the credentials ({what}): {_reason(e)}") from e
+        raise EngineUnavailableError(f"OpenSearch at {url} refused the credentials ({what}): {error_reason(e)}") from e
     except exc.TransportError as e:
         if e.status_code in (502, 503, 504):
-            raise EngineUnavailableError(f"OpenSearch at {url} is unavailable ({what}): {_reason(e)}") from e
-        raise EngineError(f"OpenSearch {what} failed: {_reason(e)}") from e
+            raise EngineUnavailableError(f"OpenSearch at {url} is unavailable ({what}): {error_reason(e)}") from e
+        raise EngineError(f"OpenSearch {what} failed: {error_reason(e)}") from e
 
 
 class OpenSearchEngine:
@@ -316,10 +316,10 @@ class OpenSearchEngine:
                 ok_ids.add(id_)
             elif retry_429 and info.get("status") == 429:
                 rejected.append(by_id[id_])
-            elif info.get("status") == 403 and (info.get("error") or {}).get("type") == "cluster_block_exception":
+            elif _reindex_block(info):
                 blocked.append(by_id[id_])  # write-blocked while `indices reindex` copies the index
             elif isinstance(info.get("exception"), opensearchpy.exceptions.ConnectionError):
-                unreachable[id_] = _reason(info["exception"])
+                unreachable[id_] = error_reason(info["exception"])
             elif not (missing_ok and op == "delete" and info.get("status") == 404):
                 failures[id_] = _item_reason(info)
 
@@ -334,7 +334,10 @@ class OpenSearchEngine:
                 record(ok, item, retry_429=True)
             if rejected:
                 resend(rejected)
-            self._wait_out_block(blocked, resend)
+            for id_ in self._wait_out_block(blocked, resend):
+                failures[id_] = (f"write-blocked for more than {s.opensearch_write_block_wait:.0f} s (a reindex "
+                                 "still running, or one that was interrupted: see `hybridsearch indices status "
+                                 f"{self.index}`)")
             if ok_ids and not unreachable:
                 self.client.indices.refresh(index=self.write_alias)
         if unreachable:
@@ -347,27 +350,24 @@ class OpenSearchEngine:
             raise BulkWriteError(f"{len(failures)} of {len(by_id)} items failed: {shown}{more}", failures)
         return ok_ids
 
-    def _wait_out_block(self, blocked: list[dict[str, Any]], send: Callable[[list[dict[str, Any]]], None]) -> None:
-        """Send items refused by a write block again until they pass: `indices reindex` blocks writes
-        to the live version while it copies it, then moves the write alias to the new version, where
-        the items land. Waits at most `opensearch_write_block_wait` seconds."""
+    def _wait_out_block(self, blocked: list[dict[str, Any]],
+                        send: Callable[[list[dict[str, Any]]], None]) -> list[str]:
+        """Send items refused by the reindex write block again until they pass: `indices reindex`
+        blocks writes to the live version while it copies it, then moves the write alias to the
+        new version, where the items land. Waits at most `opensearch_write_block_wait` seconds;
+        returns the ids still blocked then."""
         deadline = time.monotonic() + self.settings.opensearch_write_block_wait
         delay = 0.25
         if blocked:
             _log.warning("index %r is write-blocked (a reindex is copying it); %d writes wait", self.index,
                          len(blocked))
-        while blocked:
-            if time.monotonic() + delay > deadline:
-                raise EngineError(
-                    f"index {self.index!r} at {self.url} stayed write-blocked for "
-                    f"{self.settings.opensearch_write_block_wait:.0f} s; {len(blocked)} writes were not made (a "
-                    f"reindex still running, or one that was interrupted: see `hybridsearch indices status "
-                    f"{self.index}`)")
+        while blocked and time.monotonic() + delay <= deadline:
             time.sleep(delay)
             delay = min(2 * delay, 5.0)
             batch = blocked[:]
             blocked.clear()
             send(batch)
+        return [str(a["_id"]) for a in blocked]
 
     # -- reads ----------------------------------------------------------------------------------
     def _sources(self, ids: Sequence[str], includes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -609,7 +609,7 @@ class OpenSearchEngine:
         self.close()
 
 
-def _reason(e: Exception) -> str:
+def error_reason(e: Exception) -> str:
     """One line from an opensearch-py exception: the server's error type and reason when present."""
     info = getattr(e, "info", None)
     if isinstance(info, dict) and isinstance(info.get("error"), dict):
@@ -621,11 +621,19 @@ def _reason(e: Exception) -> str:
     return str(getattr(e, "error", None) or e).splitlines()[0][:300]
 
 
+def _reindex_block(info: dict[str, Any]) -> bool:
+    """Whether a bulk item was refused by an index write block (`index.blocks.write`, which
+    `indices reindex` sets), not by a read-only block, a cluster block or missing rights."""
+    err = info.get("error")
+    return (info.get("status") == 403 and isinstance(err, dict) and err.get("type") == "cluster_block_exception"
+            and "index write (api)" in str(err.get("reason")))
+
+
 def _item_reason(info: dict[str, Any]) -> str:
     """One line for a failed bulk item: the error type and reason, and the cause when given."""
     err = info.get("error")
     if isinstance(info.get("exception"), Exception):
-        return _reason(info["exception"])
+        return error_reason(info["exception"])
     if not isinstance(err, dict):
         return str(err or info.get("status"))
     cause = err.get("caused_by")
