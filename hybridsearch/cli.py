@@ -137,7 +137,12 @@ def cmd_embed(args: argparse.Namespace) -> int:
     engine = _open(args)
     try:
         if args.enqueue:
+            from hybridsearch.config import get_settings
+            from workers.celery_app import check_broker, redis_url
             from workers.tasks import embed
+
+            check_broker(redis_url())  # one clear line, not a publish that retries for minutes
+            expires = get_settings().worker_task_expires
 
             if _engine_name(args) == "opensearch":
                 from hybridsearch.engines.opensearch.engine import display_url
@@ -148,7 +153,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
                 target, index = str(_index_dir(args).resolve()), None
             ids = missing_vector_ids(engine)
             for i in range(0, len(ids), args.chunk):
-                embed.delay(target, ids[i:i + args.chunk], index)
+                embed.apply_async((target, ids[i:i + args.chunk], index), expires=expires)
             print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks")
             return 0
         n = embed_missing(engine, default_encoder(), progress=not args.quiet)
@@ -260,6 +265,25 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
         print(json.dumps(got, indent=2))
     else:
         print(f"imported {got.get('successCount', 0)} saved objects into {args.url}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from hybridsearch.config import get_settings
+    from workers.celery_app import QUEUES, check_broker, redis_url
+
+    queues = _channels(args.queues) or list(QUEUES)
+    unknown = [q for q in queues if q not in QUEUES]
+    if unknown:
+        raise HybridSearchError(f"--queues: unknown queue {', '.join(unknown)}; valid: {', '.join(QUEUES)}")
+    url = redis_url()
+    check_broker(url)
+    from workers.celery_app import app
+
+    concurrency = args.concurrency or get_settings().worker_concurrency or os.cpu_count() or 1
+    argv = ["worker", "--queues", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", args.loglevel,
+            "--hostname", args.hostname]
+    app.worker_main(argv)
     return 0
 
 
@@ -377,6 +401,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the import API's answer")
     s.set_defaults(func=cmd_dashboards)
 
+    s = sub.add_parser("worker", help="run a Celery worker (HYBRIDSEARCH_REDIS_URL) for embed, hdc and graph jobs",
+                       description="Example: HYBRIDSEARCH_REDIS_URL=redis://127.0.0.1:6379/0 hybridsearch worker "
+                       "--queues embed,hdc --concurrency 2")
+    s.add_argument("--queues", help="comma-separated queues to consume (default: embed,hdc,graph)")
+    s.add_argument("--concurrency", type=int, help="worker processes (default: $HYBRIDSEARCH_WORKER_CONCURRENCY, "
+                   "else the number of CPUs)")
+    s.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="default: %(default)s")
+    s.add_argument("--hostname", default="hybridsearch@%h", help="worker name (default: %(default)s)")
+    s.set_defaults(func=cmd_worker)
+
     s = sub.add_parser("demo", parents=[common], help="index the bundled demo corpus and answer sample queries")
     s.add_argument("-k", type=int, default=5)
     s.add_argument("-q", "--quiet", action="store_true")
@@ -396,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("opensearch", "urllib3"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     args = build_parser().parse_args(argv)
+    if getattr(args, "concurrency", 1) is not None and getattr(args, "concurrency", 1) < 1:
+        print("error: --concurrency must be >= 1", file=sys.stderr)
+        return 2
     if getattr(args, "k", 1) is not None and getattr(args, "k", 1) < 1:
         print("error: -k must be >= 1", file=sys.stderr)
         return 2

@@ -15,6 +15,14 @@ class Settings(BaseSettings):
 
     index_dir: Path = Path(".hybridsearch/index")
     redis_url: str | None = None
+    # Celery workers
+    worker_visibility_timeout: int = Field(default=3600, ge=1, description="seconds before Redis redelivers a "
+                                           "task whose worker vanished; must exceed the longest batch")
+    worker_max_retries: int = Field(default=5, ge=0, description="retries of a task after a transient error")
+    worker_retry_backoff_max: int = Field(default=300, ge=1, description="longest wait between retries, seconds")
+    worker_task_expires: int = Field(default=86_400, ge=1, description="seconds a queued backfill task and a "
+                                     "task result stay valid")
+    worker_concurrency: int | None = Field(default=None, ge=1, description="worker processes (default: CPUs)")
     embedding_batch_size: int = Field(default=64, ge=1)
     exact_dense_max: int = Field(default=200_000, ge=0)
     torch_threads: int | None = Field(default=None, ge=1)

@@ -80,3 +80,67 @@ def test_celery_worker_embeds_through_the_opensearch_engine(redis_url, opensearc
     out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "0", "--engine", "opensearch", "--index",
                           engine.index], env=env, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr == "error: --chunk must be >= 1, got 0\n"
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, encoder) -> None:
+    """`hybridsearch worker` (prefork, one process): its pool process is SIGKILLed while it runs
+    the first task; the task goes back to the queue, a new pool process runs it, the job completes."""
+    import signal
+
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
+    docs = list(BeirLoader().load(DEMO, LoadReport()))[:30]
+    engine = EmbeddedEngine(tmp_path / "idx")
+    engine.write(docs)
+    worker = subprocess.Popen([EXE, "worker", "--queues", "embed", "--concurrency", "1", "--loglevel", "WARNING",
+                               "--hostname", f"kill-test-{os.getpid()}@%h"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "10", "--index-dir", str(tmp_path / "idx")],
+                             env=env, capture_output=True, text=True, check=True)
+        assert "queued 30 chunks in 3 tasks" in out.stdout
+        deadline = time.time() + 60
+        while not _children(worker.pid):
+            assert worker.poll() is None and time.time() < deadline, "the worker started no pool process"
+            time.sleep(0.2)
+        first = _children(worker.pid)
+        time.sleep(2.0)  # the pool process has taken the first task and is loading the model
+        assert engine.store.count_vectors() == 0
+        for pid in first:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 240
+        while engine.store.count_vectors() < 30:
+            assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+            assert time.time() < deadline, "the job did not complete after the pool process was killed"
+            time.sleep(0.5)
+        assert set(_children(worker.pid)).isdisjoint(first)  # a new pool process did the work
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    log = worker.stderr.read() if worker.stderr else ""
+    # it died holding a task, which went back to the queue (task_reject_on_worker_lost)
+    assert "Task handler raised error: WorkerLostError('Worker exited prematurely: signal 9 (SIGKILL)" in log, log
+    assert engine.stats().details["dense_vectors"] == 30
+    engine.close()
+
+
+def test_broker_down_or_malformed_is_one_line(tmp_path) -> None:
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": "redis://127.0.0.1:1/0"}
+    EmbeddedEngine(tmp_path / "idx").close()
+    for args in (["worker"], ["embed", "--enqueue", "--index-dir", str(tmp_path / "idx")]):
+        out = subprocess.run([EXE, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and out.stderr.startswith("error: the Celery broker at redis://127.0.0.1:1/0 "
+                                                             "does not answer"), out.stderr
+        assert len(out.stderr.splitlines()) == 1
+    out = subprocess.run([EXE, "worker"], env={**env, "HYBRIDSEARCH_REDIS_URL": "http://nope"}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("error: HYBRIDSEARCH_REDIS_URL: 'http://nope' is not a "
+                                                         "Redis URL"), out.stderr
+    out = subprocess.run([EXE, "worker", "--queues", "embed,nope"], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr == "error: --queues: unknown queue nope; valid: embed, hdc, graph\n"

@@ -100,7 +100,10 @@ def test_worker_and_init_run_existing_entry_points() -> None:
 
     services = _services()
     worker = _command(services["worker"])
-    assert worker[:4] == ["celery", "-A", "workers.celery_app", "worker"]
+    assert worker[:2] == ["hybridsearch", "worker"]  # checks the broker, then runs workers.celery_app
+    from hybridsearch.cli import build_parser
+
+    assert build_parser().parse_args(worker[1:]).func.__name__ == "cmd_worker"
     assert celery_app.app.main == "hybridsearch"
     assert _command(services["init"]) == ["hybridsearch", "templates", "apply"]
     assert services["init"].get("restart") == "no"

@@ -1,0 +1,38 @@
+"""The Celery app's delivery guarantees and retry policy, as configured."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.errors import ConfigError, EngineUnavailableError, ValidationError
+
+
+def test_queues_delivery_and_visibility_come_from_settings(monkeypatch) -> None:
+    from hybridsearch.config import Settings
+    from workers.celery_app import make_app
+
+    app = make_app("redis://127.0.0.1:6379/0", Settings(worker_visibility_timeout=7200, worker_task_expires=600))
+    conf = app.conf
+    assert sorted(q.name for q in conf.task_queues) == ["embed", "graph", "hdc"]
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1
+    assert conf.broker_transport_options["visibility_timeout"] == 7200
+    assert conf.result_expires == 600
+    assert conf.task_routes["hybridsearch.hdc_encode"] == {"queue": "hdc"}
+
+
+def test_tasks_retry_transient_errors_only() -> None:
+    from workers.tasks import embed, hdc_encode
+
+    for task in (embed, hdc_encode):
+        assert EngineUnavailableError in task.autoretry_for and ConnectionError in task.autoretry_for
+        assert set(task.dont_autoretry_for) == {ValidationError, ConfigError}
+        assert task.retry_backoff and task.retry_jitter and task.max_retries == 5 and task.acks_late
+
+
+def test_a_malformed_broker_url_is_a_config_error() -> None:
+    from hybridsearch.config import Settings
+    from workers.celery_app import redis_url
+
+    with pytest.raises(ConfigError, match="HYBRIDSEARCH_REDIS_URL: 'amqp://x' is not a Redis URL"):
+        redis_url(Settings(redis_url="amqp://x"))
+    assert redis_url(Settings(redis_url=None)) == "redis://127.0.0.1:6379/0"
