@@ -14,7 +14,7 @@ from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import BinarySearch, Engine, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store
-from hybridsearch.errors import UnsupportedCapabilityError, ValidationError
+from hybridsearch.errors import IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
 from indexer.loaders import Loader, LoadReport, detect_loader
@@ -112,34 +112,39 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     """Embed chunks by id and store their vectors: what a worker runs. A URL target is written
     through its engine (`index` names the logical index); a directory gets the vectors appended to
     its journal (op `vector`) without opening the derived indexes, and the process that owns the
-    index applies them. Unknown ids are skipped; returns how many were embedded."""
-    return _derive_at(target, ids, index, lambda engine, docs: embed_ids(engine, encoder, docs),
+    index applies them. Only chunks without a vector for their current text are embedded, so a
+    batch run twice does nothing the second time; unknown ids are skipped. Returns how many were
+    embedded."""
+    return _derive_at(target, ids, index, "vectors", lambda engine, docs: embed_ids(engine, encoder, docs),
                       lambda store, docs: store.set_vectors([d.id for d in docs],
                                                             encoder.encode([d.dense_text for d in docs]), encoder.name))
 
 
-def _derive_at(target: str, ids: Sequence[str], index: str | None,
+def _derive_at(target: str, ids: Sequence[str], index: str | None, what: str,
                through_engine: Callable[[Engine, list[Document]], object],
                into_store: Callable[[Store, list[Document]], object]) -> int:
-    """Load the chunks `ids` of `target` that exist and store what is derived from them, through the
-    engine for a URL or into the journal of a directory; returns how many."""
+    """Store what is derived (`what`: "vectors" or "codes") from the chunks `ids` of `target` that
+    exist and still lack it, through the engine for a URL or into the journal of a directory;
+    returns how many. The target must be an existing hybridsearch index (IndexNotFoundError)."""
     if is_url(target):
         engine = open_engine(target, **({"index": index} if index else {}))
         try:
-            docs = engine.get(list(ids))
-            found = [d for i in ids if (d := docs.get(i)) is not None]
-            if found:
-                through_engine(engine, found)
-            return len(found)
+            engine.stats()  # the index exists and hybridsearch made it
+            pending = engine.missing_vectors(ids=ids) if what == "vectors" else engine.missing_codes(ids=ids)
+            if pending:
+                through_engine(engine, [d for _, d in pending])
+            return len(pending)
         finally:
             engine.close()
-    store = Store(Path(target) / "store.sqlite")
+    path = Path(target) / "store.sqlite"
+    if not path.is_file():
+        raise IndexNotFoundError(f"no index at {target}")
+    store = Store(path)
     try:
-        sdocs = store.docs_by_id(list(ids))
-        found = [d for i in ids if (d := sdocs.get(i)) is not None]
-        if found:
-            into_store(store, found)
-        return len(found)
+        pending = store.missing_vectors(ids=ids) if what == "vectors" else store.missing_codes(ids=ids)
+        if pending:
+            into_store(store, [d for _, d in pending])
+        return len(pending)
     finally:
         store.close()
 
@@ -166,7 +171,7 @@ def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None)
         enc = HdcEncoder(ngrams=store.hdc_options()["ngrams"])
         store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs])
 
-    return _derive_at(target, ids, index, through_engine, into_store)
+    return _derive_at(target, ids, index, "codes", through_engine, into_store)
 
 
 def missing_vector_ids(engine: Engine) -> list[str]:

@@ -203,8 +203,13 @@ def test_vectors_and_codes_follow_the_text(engine) -> None:
     engine.write([DOCS[1].model_copy(update={"text": "Entirely new statement."})])
     assert "b" not in engine.knn(VECS[1], 3).ids
     assert [i for i, _ in engine.missing_vectors()] == ["b"]
+    # among given ids (what a worker's batch asks): only those still needing the work
+    assert [i for i, _ in engine.missing_vectors(ids=["c", "b", "unknown"])] == ["b"]
+    assert engine.missing_vectors(ids=["a", "c"]) == [] and engine.missing_vectors(ids=[]) == []
+    assert engine.missing_vectors(ids=["b"])[0][1].text == "Entirely new statement."
     # written without codes: the stale codes are gone
     assert sorted(i for i, _ in engine.missing_codes()) == ["b", "c"]
+    assert [i for i, _ in engine.missing_codes(ids=["a", "c"])] == ["c"]
     assert engine.set_vectors(["b", "unknown"], unit_vectors(2, seed=4)) == 1
     assert engine.knn(unit_vectors(2, seed=4)[0], 1).ids == ["b"] and engine.missing_vectors() == []
     assert engine.set_codes(["b"], [ENC.encode_document(engine.get(["b"])["b"])]) == 1

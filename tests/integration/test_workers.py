@@ -144,3 +144,46 @@ def test_broker_down_or_malformed_is_one_line(tmp_path) -> None:
                                                          "Redis URL"), out.stderr
     out = subprocess.run([EXE, "worker", "--queues", "embed,nope"], env=env, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr == "error: --queues: unknown queue nope; valid: embed, hdc, graph\n"
+
+
+@pytest.mark.integration
+@pytest.mark.opensearch
+def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(tmp_path, opensearch_index, encoder) -> None:
+    """The plain functions the tasks call: a batch run twice does nothing the second time (on a
+    directory, no second journal entry), and a target that is not a hybridsearch index is refused."""
+    from hybridsearch.errors import HybridSearchError, IndexNotFoundError
+    from indexer.pipeline import embed_ids_at, encode_hdc_ids
+
+    docs = list(BeirLoader().load(DEMO, LoadReport()))[:12]
+    ids = [d.id for d in docs]
+    engine = EmbeddedEngine(tmp_path / "idx")
+    engine.write(docs)
+    engine.close()
+    target = str(tmp_path / "idx")
+    assert embed_ids_at(target, encoder, ids[:5]) == 5
+    assert embed_ids_at(target, encoder, ids) == 7  # the first five are done
+    assert embed_ids_at(target, encoder, ids) == 0
+    assert encode_hdc_ids(target, ids) == 12 and encode_hdc_ids(target, ids) == 0
+    from hybridsearch.engines.embedded.store import Store
+
+    store = Store(tmp_path / "idx" / "store.sqlite")
+    ops = [e.op for e in store.journal_since(0)]
+    store.close()
+    assert ops.count("vector") == 12 and ops.count("hdc") == 12
+    osx = opensearch_index
+    osx.write(docs)
+    url = osx.raw_url
+    assert embed_ids_at(url, encoder, ids, index=osx.index) == 12
+    assert embed_ids_at(url, encoder, ids, index=osx.index) == 0
+    assert osx.stats().vectors == 12
+    with pytest.raises(IndexNotFoundError):
+        embed_ids_at(str(tmp_path / "nothing"), encoder, ids)
+    assert not (tmp_path / "nothing").exists()
+    with pytest.raises(IndexNotFoundError):
+        encode_hdc_ids(url, ids, index="no-such-index")
+    osx.client.indices.create(index="not-ours-idx", body={"aliases": {"not-ours": {}}})
+    try:
+        with pytest.raises(HybridSearchError, match="was not made by hybridsearch"):
+            embed_ids_at(url, encoder, ids, index="not-ours")
+    finally:
+        osx.client.indices.delete(index="not-ours-idx")

@@ -184,8 +184,9 @@ class EmbeddedEngine:
     def count(self) -> int:
         return self.store.count()
 
-    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]:
-        return self.store.missing_vectors(limit)
+    def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
+                        ) -> list[tuple[str, Document]]:
+        return self.store.missing_vectors(limit, ids)
 
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
              k: int = 10, filters: Filters | None = None, options: Bm25Options | None = None) -> RankedList:
@@ -267,8 +268,8 @@ class EmbeddedEngine:
             self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=options["ngrams"])
         return self._hdc_encoder
 
-    def missing_codes(self) -> list[tuple[str, Document]]:
-        return self.store.missing_codes()
+    def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
+        return self.store.missing_codes(ids)
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
         """Work, source, page, authors, venue, kind and title of chunks (cached in memory)."""

@@ -215,10 +215,18 @@ class Store:
             out.setdefault(target, []).append(src)
         return out
 
-    def missing_codes(self) -> list[tuple[str, Document]]:
-        q = ("SELECT c.id, c.doc FROM chunks c LEFT JOIN hdc h ON h.label = c.label"
-             " WHERE h.label IS NULL ORDER BY c.label")
-        return [(i, Document.model_validate_json(d, strict=False)) for i, d in self.conn.execute(q)]
+    def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
+        return self._missing("hdc", None, ids)
+
+    def _missing(self, table: str, limit: int | None, ids: Sequence[str] | None) -> list[tuple[str, Document]]:
+        """Chunks with no row in `table` (vectors or hdc), among `ids` when given."""
+        q = f"SELECT c.id, c.doc FROM chunks c LEFT JOIN {table} x ON x.label = c.label WHERE x.label IS NULL"
+        if ids is not None:
+            rows = sorted(self._rows_in(q + " AND c.id IN ({marks})", list(dict.fromkeys(ids))))
+        else:
+            rows = list(self.conn.execute(q + " ORDER BY c.label" + (f" LIMIT {int(limit)}" if limit is not None
+                                                                    else "")))
+        return [(i, Document.model_validate_json(d, strict=False)) for i, d in rows[:limit]]
 
     def count_codes(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM hdc").fetchone()[0])
@@ -232,12 +240,9 @@ class Store:
     def count_vectors(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0])
 
-    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]:
-        q = ("SELECT c.id, c.doc FROM chunks c LEFT JOIN vectors v ON v.label = c.label"
-             " WHERE v.label IS NULL ORDER BY c.label")
-        if limit is not None:
-            q += f" LIMIT {int(limit)}"
-        return [(i, Document.model_validate_json(d, strict=False)) for i, d in self.conn.execute(q)]
+    def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
+                        ) -> list[tuple[str, Document]]:
+        return self._missing("vectors", limit, ids)
 
     def filter_labels(self, f: Filters) -> set[int]:
         """Labels of chunks that pass the filters (the dense channel's pre-filter)."""

@@ -220,6 +220,10 @@ class OpenSearchEngine:
             if not self.client.indices.exists_alias(name=self.index):
                 raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
             names = sorted(self.client.indices.get_alias(name=self.index))
+            meta = self.client.indices.get_mapping(index=names[0])[names[0]]["mappings"].get("_meta", {})
+        if meta.get("hybridsearch", {}).get("index") != self.index:
+            raise ConfigError(f"index: {self.index!r} at {self.url} was not made by hybridsearch (its index "
+                              f"{names[0]} carries no hybridsearch metadata)")
         return names[0]
 
     # -- writes ---------------------------------------------------------------------------------
@@ -419,13 +423,26 @@ class OpenSearchEngine:
                 return
             after = hits[-1]["sort"]
 
-    def missing_vectors(self, limit: int | None = None) -> list[tuple[str, Document]]:
-        q = {"bool": {"must_not": [{"exists": {"field": "dense"}}]}}
-        return [(i, Q.from_source(src)) for i, src in self._scan(q, None, limit)]
+    def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
+                        ) -> list[tuple[str, Document]]:
+        return self._missing({"exists": {"field": "dense"}}, limit, ids)
 
-    def missing_codes(self) -> list[tuple[str, Document]]:
-        q = {"bool": {"must_not": [{"term": {"hdc_encoded": True}}]}}
-        return [(i, Q.from_source(src)) for i, src in self._scan(q, None)]
+    def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
+        return self._missing({"term": {"hdc_encoded": True}}, None, ids)
+
+    def _missing(self, done: dict[str, Any], limit: int | None, ids: Sequence[str] | None
+                 ) -> list[tuple[str, Document]]:
+        """Chunks not matching `done`, among `ids` when given, in id order."""
+        if ids is not None and not ids:
+            return []
+        out: list[tuple[str, Document]] = []
+        pages = [None] if ids is None else [list(ids)[i:i + _PAGE] for i in range(0, len(ids), _PAGE)]
+        for page in pages:
+            q: dict[str, Any] = {"bool": {"must_not": [done]}}
+            if page is not None:
+                q["bool"]["filter"] = [{"ids": {"values": page}}]
+            out += [(i, Q.from_source(src)) for i, src in self._scan(q, None, limit)]
+        return sorted(out, key=lambda x: x[0])[:limit] if ids is not None else out
 
     # -- index metadata ---------------------------------------------------------------------------
     def _index_meta(self) -> dict[str, Any]:
