@@ -72,15 +72,31 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     if not Path(args.path).exists():
         raise HybridSearchError(f"{args.path}: no such file or directory")
+    celery = args.executor == "celery"
+    if celery:
+        from workers.celery_app import check_broker, redis_url
+
+        check_broker(redis_url())
     engine = _open(args, must_exist=False)
+    code = 0
     try:
-        enc = None if args.no_embed else default_encoder()
+        enc = None if args.no_embed or celery else default_encoder()
         summary = ingest(engine, Path(args.path), loader=args.loader, strict=args.strict,
-                         encoder=enc, progress=not args.quiet)
+                         encoder=enc, hdc=not celery, progress=not args.quiet)
+        if celery:  # vectors and codes by the workers: the same functions, in batches
+            from indexer.pipeline import missing_vector_ids
+            from workers.tasks import start
+
+            target, index = _worker_target(args)
+            started = [] if args.no_embed else [start("embed", target, index, missing_vector_ids(engine), args.chunk)]
+            started.append(start("hdc", target, index, [i for i, _ in engine.missing_codes()], args.chunk))
+            code = _follow_jobs(started, args.quiet)
+            st = engine.stats()  # the owner applies what the workers journaled
+            summary.embedded = 0 if args.no_embed else st.vectors
     finally:
         engine.close()
     print("\n".join(summary.lines()))
-    return 1 if summary.rejected and args.strict else 0
+    return code or (1 if summary.rejected and args.strict else 0)
 
 
 def _parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -128,6 +144,49 @@ def _profile_for(args: argparse.Namespace) -> Any:
     return get_profile(args.profile)
 
 
+def _worker_target(args: argparse.Namespace) -> tuple[str, str | None]:
+    """What a worker opens: an OpenSearch URL without credentials (workers take theirs from
+    their own settings) and the logical index, or the index directory."""
+    if _engine_name(args) == "opensearch":
+        from hybridsearch.engines.opensearch.engine import display_url
+
+        url, index = _opensearch_target(args)
+        return display_url(url), index
+    return str(_index_dir(args).resolve()), None
+
+
+def _follow_jobs(job_ids: list[str], quiet: bool) -> int:
+    """Progress bars fed from the jobs' state in Redis until they end; 1 if a batch was
+    dead-lettered (with how to retry), else 0."""
+    from tqdm import tqdm
+
+    from workers import jobs
+    from workers.celery_app import redis_url
+
+    r = jobs.client(redis_url())
+    code = 0
+    for job in job_ids:
+        st = jobs.state(r, job)
+        bar = tqdm(desc=f"{st.kind} (celery)", total=st.docs, unit="doc", disable=quiet, leave=False)
+
+        def show(st: jobs.JobState, bar: tqdm = bar) -> None:  # type: ignore[type-arg]
+            bar.n = st.docs_done
+            bar.set_postfix_str(f"batches {st.done}/{st.batches}, failed {st.failed}", refresh=True)
+
+        try:
+            st = jobs.follow(r, job, show)
+        finally:
+            bar.close()
+        print(f"job {job}: {st.kind}, {st.docs_done} of {st.docs} chunks in {st.done} of {st.batches} batches, "
+              f"{st.seconds:.1f}s, {st.status}")
+        if st.failed:
+            first = next(iter(jobs.failures(r, job).values()), "")
+            print(f"error: {st.failed} batches of job {job} were dead-lettered (first: {first}); after fixing the "
+                  f"cause run `hybridsearch jobs retry {job} --wait`", file=sys.stderr)
+            code = 1
+    return code
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
     from indexer.pipeline import embed_missing, missing_vector_ids
@@ -137,29 +196,47 @@ def cmd_embed(args: argparse.Namespace) -> int:
     engine = _open(args)
     try:
         if args.enqueue:
-            from hybridsearch.config import get_settings
             from workers.celery_app import check_broker, redis_url
-            from workers.tasks import embed
+            from workers.tasks import start
 
             check_broker(redis_url())  # one clear line, not a publish that retries for minutes
-            expires = get_settings().worker_task_expires
-
-            if _engine_name(args) == "opensearch":
-                from hybridsearch.engines.opensearch.engine import display_url
-
-                url, index = _opensearch_target(args)
-                target = display_url(url)  # workers take credentials from their own settings
-            else:
-                target, index = str(_index_dir(args).resolve()), None
+            target, index = _worker_target(args)
             ids = missing_vector_ids(engine)
-            for i in range(0, len(ids), args.chunk):
-                embed.apply_async((target, ids[i:i + args.chunk], index), expires=expires)
-            print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks")
-            return 0
+            job = start("embed", target, index, ids, args.chunk)
+            print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks (job {job})", flush=True)
+            return _follow_jobs([job], args.quiet) if args.wait else 0
         n = embed_missing(engine, default_encoder(), progress=not args.quiet)
     finally:
         engine.close()
     print(f"embedded {n} chunks")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from workers import jobs
+    from workers.celery_app import check_broker, redis_url
+
+    url = redis_url()
+    check_broker(url)
+    if args.action == "retry":
+        from workers.tasks import retry
+
+        n = retry(args.job)
+        print(f"sent {n} dead-lettered batches of job {args.job} again" if n else
+              f"job {args.job} has no dead-lettered batches", flush=True)
+        return _follow_jobs([args.job], args.quiet) if args.wait and n else 0
+    states = jobs.jobs(jobs.client(url))
+    if args.json:
+        print(json.dumps([s.as_dict() for s in states], indent=2))
+    elif not states:
+        print("no jobs")
+    else:
+        print(f"{'job':<32} {'kind':<6} {'status':<8} {'batches':>12} {'failed':>6} {'chunks':>14} "
+              f"{'seconds':>8}  target")
+        for st in states:
+            print(f"{st.id:<32} {st.kind:<6} {st.status:<8} {f'{st.done}/{st.batches}':>12} {st.failed:>6} "
+                  f"{f'{st.docs_done}/{st.docs}':>14} {st.seconds:>8.1f}  {st.target}"
+                  + (f" [{st.index}]" if st.index else ""))
     return 0
 
 
@@ -346,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--strict", action="store_true", help="stop at the first bad record")
     s.add_argument("--no-embed", action="store_true", help="skip embeddings (BM25 only until "
                    "vectors are added)")
+    s.add_argument("--executor", choices=["inline", "celery"], default="inline",
+                   help="compute vectors and HDC codes here (inline, the default) or in Celery workers "
+                   "(HYBRIDSEARCH_REDIS_URL; `hybridsearch worker`), with a progress bar until they are done")
+    s.add_argument("--chunk", type=int, default=256, help="chunks per worker task with --executor celery")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_ingest)
 
@@ -353,8 +434,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enqueue", action="store_true", help="send Celery tasks (HYBRIDSEARCH_REDIS_URL) "
                    "instead of embedding here")
     s.add_argument("--chunk", type=int, default=256, help="chunks per task")
+    s.add_argument("--wait", action="store_true", help="with --enqueue: follow the job with a progress bar until "
+                   "it ends (exit 1 if a batch was dead-lettered)")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_embed)
+
+    s = sub.add_parser("jobs", help="Celery backfill jobs and their state (HYBRIDSEARCH_REDIS_URL)",
+                       description="Example: hybridsearch jobs --json; hybridsearch jobs retry JOB --wait")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_jobs, action="list")
+    acts = s.add_subparsers(dest="action", metavar="{retry}")
+    r = acts.add_parser("retry", help="send a job's dead-lettered batches again")
+    r.add_argument("job")
+    r.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    r.add_argument("-q", "--quiet", action="store_true")
 
     s = sub.add_parser("search", parents=[common, engine_opts], help="search the index")
     s.add_argument("query")
@@ -431,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("opensearch", "urllib3"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     args = build_parser().parse_args(argv)
+    if getattr(args, "chunk", 1) < 1:
+        print(f"error: --chunk must be >= 1, got {args.chunk}", file=sys.stderr)
+        return 2
     if getattr(args, "concurrency", 1) is not None and getattr(args, "concurrency", 1) < 1:
         print("error: --concurrency must be >= 1", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ class Settings(BaseSettings):
     worker_retry_backoff_max: int = Field(default=300, ge=1, description="longest wait between retries, seconds")
     worker_task_expires: int = Field(default=86_400, ge=1, description="seconds a queued backfill task and a "
                                      "task result stay valid")
+    worker_job_ttl: int = Field(default=7 * 86_400, ge=60, description="seconds a job's state stays in Redis")
     worker_concurrency: int | None = Field(default=None, ge=1, description="worker processes (default: CPUs)")
     embedding_batch_size: int = Field(default=64, ge=1)
     exact_dense_max: int = Field(default=200_000, ge=0)

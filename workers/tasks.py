@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery import Task, group
+
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import default_encoder
 from hybridsearch.errors import ConfigError, EngineUnavailableError, ValidationError
 from indexer.pipeline import embed_ids_at, encode_hdc_ids
-from workers.celery_app import app
+from workers import jobs
+from workers.celery_app import app, redis_url
 
 _s = get_settings()
 RETRY: dict[str, Any] = {
@@ -23,15 +26,62 @@ RETRY: dict[str, Any] = {
 }
 
 
-@app.task(name="hybridsearch.embed", **RETRY)
-def embed(target: str, ids: list[str], index: str | None = None) -> int:
-    """Embed the given chunks of an index (a directory, or an OpenSearch URL and logical index).
-    On a directory the vectors go to the journal and the owning process applies them on its next
-    refresh; on OpenSearch they are written through the engine."""
+class JobTask(Task):  # type: ignore[misc]
+    """Records a batch of a job (`job`, `batch` keyword arguments) as done or, once it failed for
+    good (retries exhausted, or an error that is not retried), as dead-lettered."""
+
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("job") is not None:
+            jobs.record(jobs.client(redis_url()), kwargs["job"], int(kwargs["batch"]), docs=len(args[1]))
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: dict[str, Any], einfo: Any) -> None:
+        if kwargs.get("job") is not None:
+            jobs.record(jobs.client(redis_url()), kwargs["job"], int(kwargs["batch"]),
+                        error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+
+@app.task(name="hybridsearch.embed", base=JobTask, **RETRY)
+def embed(target: str, ids: list[str], index: str | None = None, job: str | None = None,
+          batch: int | None = None) -> int:
+    """Embed the given chunks of an index (a directory, or an OpenSearch URL and logical index)
+    that still lack a vector. On a directory the vectors go to the journal and the owning process
+    applies them on its next refresh; on OpenSearch they are written through the engine."""
     return embed_ids_at(target, default_encoder(), ids, index=index)
 
 
-@app.task(name="hybridsearch.hdc_encode", **RETRY)
-def hdc_encode(target: str, ids: list[str], index: str | None = None) -> int:
-    """HDC-encode the given chunks of an index, stored as `embed` stores vectors."""
+@app.task(name="hybridsearch.hdc_encode", base=JobTask, **RETRY)
+def hdc_encode(target: str, ids: list[str], index: str | None = None, job: str | None = None,
+               batch: int | None = None) -> int:
+    """HDC-encode the given chunks of an index that still lack codes, stored as `embed` stores
+    vectors."""
     return encode_hdc_ids(target, ids, index=index)
+
+
+TASKS = {"embed": embed, "hdc": hdc_encode}
+
+
+def submit(kind: str, target: str, index: str | None, job: str, batches: dict[int, list[str]]) -> None:
+    """Send batches of a job as one group of tasks."""
+    expires = get_settings().worker_task_expires
+    task = TASKS[kind]
+    group(task.signature((target, ids, index), {"job": job, "batch": n}, expires=expires)
+          for n, ids in batches.items()).apply_async()
+
+
+def start(kind: str, target: str, index: str | None, ids: list[str], chunk: int) -> str:
+    """Record a job over `ids` in batches of `chunk` and send its tasks; returns the job id."""
+    r = jobs.client(redis_url())
+    batches = [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
+    job = jobs.create(r, kind, target, index, batches, get_settings().worker_job_ttl)
+    submit(kind, target, index, job, dict(enumerate(batches)))
+    return job
+
+
+def retry(job: str) -> int:
+    """Send a job's dead-lettered batches again; returns how many."""
+    r = jobs.client(redis_url())
+    st = jobs.state(r, job)
+    numbers = jobs.reopen(r, job)
+    if numbers:
+        submit(st.kind, st.target, st.index, job, {n: jobs.batch_ids(r, job, n) for n in numbers})
+    return len(numbers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -187,3 +188,89 @@ def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(tmp_path, op
             embed_ids_at(url, encoder, ids, index="not-ours")
     finally:
         osx.client.indices.delete(index="not-ours-idx")
+
+
+def _worker(env: dict[str, str], concurrency: int = 2) -> subprocess.Popen[str]:
+    return subprocess.Popen([EXE, "worker", "--concurrency", str(concurrency), "--loglevel", "WARNING",
+                             "--hostname", f"w{concurrency}-{os.getpid()}-{time.time_ns()}@%h"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _stop(worker: subprocess.Popen[str]) -> None:
+    worker.terminate()
+    worker.wait(timeout=60)
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_ingest_with_celery_equals_inline(redis_url, tmp_path) -> None:
+    """`ingest --executor celery` with two worker processes: every chunk gets its vector and codes
+    and the hybrid top-10 equals the inline executor's, scores within 1e-5."""
+    from query_service.searcher import Searcher
+
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
+    inline = subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(tmp_path / "inline"), "-q"], env=env,
+                            capture_output=True, text=True)
+    assert inline.returncode == 0, inline.stderr
+    worker = _worker(env)
+    try:
+        out = subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(tmp_path / "celery"), "--executor",
+                              "celery", "--chunk", "50", "-q"], env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        _stop(worker)
+    assert out.returncode == 0, out.stderr
+    assert "loaded 242, rejected 0, indexed 242, embedded 242" in out.stdout
+    assert out.stdout.count(", done") == 2 and "242 of 242 chunks in 5 of 5 batches" in out.stdout
+    a, b = EmbeddedEngine(tmp_path / "inline"), EmbeddedEngine(tmp_path / "celery")
+    assert (b.stats().vectors, b.stats().codes) == (242, 242)
+    sa, sb = Searcher(a), Searcher(b)
+    for q in ("Brouwer fixed point theorem", "compact Hausdorff spaces", "prime number theorem proof",
+              "Gödel incompleteness", "eigenvalues of symmetric matrices"):
+        ra, rb = sa.search(q, "hybrid", k=10), sb.search(q, "hybrid", k=10)
+        assert [h.id for h in ra.hits] == [h.id for h in rb.hits], q
+        assert all(abs(x.score - y.score) <= 1e-5 for x, y in zip(ra.hits, rb.hits, strict=True)), q
+    sa.close(), sb.close(), a.close(), b.close()
+    listed = subprocess.run([EXE, "jobs", "--json"], env=env, capture_output=True, text=True)
+    mine = [j for j in json.loads(listed.stdout) if j["target"] == str((tmp_path / "celery").resolve())]
+    assert sorted(j["kind"] for j in mine) == ["embed", "hdc"] and all(j["status"] == "done" for j in mine)
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> None:
+    """Batches whose index is gone fail for good (not retried): the job says so, exits 1 with how to
+    retry; once the index is back, `jobs retry --wait` completes the job."""
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
+    idx = tmp_path / "idx"
+    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+                          capture_output=True).returncode == 0
+    queued = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "100", "--index-dir", str(idx)], env=env,
+                            capture_output=True, text=True)
+    assert queued.returncode == 0, queued.stderr
+    job = queued.stdout.split("(job ")[1].split(")")[0]
+    away = tmp_path / "away"
+    idx.rename(away)  # the index is gone when the workers take the batches
+    worker = _worker(env, 1)
+    try:
+        deadline = time.time() + 120
+        while True:  # the worker dead-letters all three batches
+            listed = {j["id"]: j for j in json.loads(subprocess.run([EXE, "jobs", "--json"], env=env,
+                                                                    capture_output=True, text=True).stdout)}
+            if listed[job]["status"] != "running" or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert listed[job]["status"] == "failed" and listed[job]["failed"] == 3 and listed[job]["done"] == 0
+        again = subprocess.run([EXE, "jobs", "retry", job, "--wait", "-q"], env=env, capture_output=True, text=True)
+        assert again.returncode == 1
+        assert f"3 batches of job {job} were dead-lettered (first: IndexNotFoundError: no index at" in again.stderr
+        assert f"hybridsearch jobs retry {job}" in again.stderr
+        away.rename(idx)
+        fixed = subprocess.run([EXE, "jobs", "retry", job, "--wait", "-q"], env=env, capture_output=True, text=True,
+                               timeout=300)
+    finally:
+        _stop(worker)
+    assert fixed.returncode == 0, fixed.stderr
+    assert f"job {job}: embed, 242 of 242 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
+    engine = EmbeddedEngine(idx)
+    assert engine.stats().vectors == 242
+    engine.close()
