@@ -55,7 +55,10 @@ def make_app(url: str | None = None, settings: Settings | None = None) -> Celery
         task_queues=[Queue(q) for q in QUEUES], task_default_queue="embed",
         task_routes={"hybridsearch.embed": {"queue": "embed"}, "hybridsearch.hdc_encode": {"queue": "hdc"}},
         broker_transport_options=transport, result_backend_transport_options=transport,
-        broker_connection_retry_on_startup=True, result_expires=s.worker_task_expires)
+        broker_connection_retry_on_startup=True, result_expires=s.worker_task_expires,
+        # a retry sent while Redis restarts waits for it (about 40 s) instead of failing the task
+        task_publish_retry_policy={"max_retries": 10, "interval_start": 0.5, "interval_step": 1.0,
+                                   "interval_max": 5.0})
     return app
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from celery import Task, group
 
 from hybridsearch.config import get_settings
@@ -19,7 +20,8 @@ from workers.celery_app import app, redis_url
 
 _s = get_settings()
 RETRY: dict[str, Any] = {
-    "autoretry_for": (EngineUnavailableError, ConnectionError, TimeoutError),
+    "autoretry_for": (EngineUnavailableError, ConnectionError, TimeoutError, redis.ConnectionError,
+                      redis.TimeoutError),
     "dont_autoretry_for": (ValidationError, ConfigError),
     "retry_backoff": True, "retry_backoff_max": _s.worker_retry_backoff_max, "retry_jitter": True,
     "max_retries": _s.worker_max_retries, "acks_late": True,
@@ -27,12 +29,8 @@ RETRY: dict[str, Any] = {
 
 
 class JobTask(Task):  # type: ignore[misc]
-    """Records a batch of a job (`job`, `batch` keyword arguments) as done or, once it failed for
-    good (retries exhausted, or an error that is not retried), as dead-lettered."""
-
-    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: dict[str, Any]) -> None:
-        if kwargs.get("job") is not None:
-            jobs.record(jobs.client(redis_url()), kwargs["job"], int(kwargs["batch"]), docs=len(args[1]))
+    """Records a batch of a job (`job`, `batch` keyword arguments) as dead-lettered once it failed
+    for good (retries exhausted, or an error that is not retried)."""
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: dict[str, Any], einfo: Any) -> None:
         if kwargs.get("job") is not None:
@@ -46,7 +44,7 @@ def embed(target: str, ids: list[str], index: str | None = None, job: str | None
     """Embed the given chunks of an index (a directory, or an OpenSearch URL and logical index)
     that still lack a vector. On a directory the vectors go to the journal and the owning process
     applies them on its next refresh; on OpenSearch they are written through the engine."""
-    return embed_ids_at(target, default_encoder(), ids, index=index)
+    return _recorded(embed_ids_at(target, default_encoder(), ids, index=index), len(ids), job, batch)
 
 
 @app.task(name="hybridsearch.hdc_encode", base=JobTask, **RETRY)
@@ -54,7 +52,16 @@ def hdc_encode(target: str, ids: list[str], index: str | None = None, job: str |
                batch: int | None = None) -> int:
     """HDC-encode the given chunks of an index that still lack codes, stored as `embed` stores
     vectors."""
-    return encode_hdc_ids(target, ids, index=index)
+    return _recorded(encode_hdc_ids(target, ids, index=index), len(ids), job, batch)
+
+
+def _recorded(n: int, size: int, job: str | None, batch: int | None) -> int:
+    """Record the batch as done in its job, inside the task: if Redis cannot be reached the task
+    fails and is retried (its work is then already done and costs nothing), so a batch is never
+    acknowledged without being counted."""
+    if job is not None and batch is not None:
+        jobs.record(jobs.client(redis_url()), job, batch, docs=size)
+    return n
 
 
 TASKS = {"embed": embed, "hdc": hdc_encode}

@@ -190,7 +190,7 @@ def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(tmp_path, op
         osx.client.indices.delete(index="not-ours-idx")
 
 
-def _worker(env: dict[str, str], concurrency: int = 2) -> subprocess.Popen[str]:
+def _worker(env: dict[str, str], concurrency: int = 2) -> subprocess.Popen[str]:  # noqa: D103
     return subprocess.Popen([EXE, "worker", "--concurrency", str(concurrency), "--loglevel", "WARNING",
                              "--hostname", f"w{concurrency}-{os.getpid()}-{time.time_ns()}@%h"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -274,3 +274,132 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
     engine = EmbeddedEngine(idx)
     assert engine.stats().vectors == 242
     engine.close()
+
+
+def _wait_job(env: dict[str, str], job: str, timeout: float) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        listed = {j["id"]: j for j in json.loads(subprocess.run([EXE, "jobs", "--json"], env=env,
+                                                                capture_output=True, text=True).stdout)}
+        if listed[job]["status"] != "running" or time.time() > deadline:
+            return listed[job]
+        time.sleep(0.5)
+
+
+def _enqueue(env: dict[str, str], idx: Path, chunk: int) -> str:
+    queued = subprocess.run([EXE, "embed", "--enqueue", "--chunk", str(chunk), "--index-dir", str(idx)], env=env,
+                            capture_output=True, text=True)
+    assert queued.returncode == 0, queued.stderr
+    return queued.stdout.split("(job ")[1].split(")")[0]
+
+
+def _journal_ops(idx: Path, op: str) -> dict[str, int]:
+    from collections import Counter
+
+    from hybridsearch.engines.embedded.store import Store
+
+    store = Store(idx / "store.sqlite")
+    try:
+        return dict(Counter(e.id for e in store.journal_since(0) if e.op == op))
+    finally:
+        store.close()
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_path) -> None:
+    """The whole worker (main process and pool) is SIGKILLed mid-job; with a short visibility
+    timeout Redis hands its unacknowledged tasks to a new worker; the job completes and every
+    chunk has exactly one vector entry in the journal."""
+    import signal
+
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url, "HYBRIDSEARCH_WORKER_VISIBILITY_TIMEOUT": "5"}
+    idx = tmp_path / "idx"
+    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+                          capture_output=True).returncode == 0
+    job = _enqueue(env, idx, 30)
+    first = subprocess.Popen([EXE, "worker", "--concurrency", "1", "--loglevel", "WARNING", "--hostname",
+                              f"first-{time.time_ns()}@%h"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not _journal_ops(idx, "vector"):  # the first batch is in
+        assert time.time() < deadline, "the first worker embedded nothing"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    done_before = len(_journal_ops(idx, "vector"))
+    assert 0 < done_before < 242
+    second = _worker(env, 1)
+    try:
+        st = _wait_job(env, job, 300)
+    finally:
+        _stop(second)
+    assert st["status"] == "done" and st["done"] == st["batches"] == 9 and st["docs_done"] <= 242
+    ops = _journal_ops(idx, "vector")
+    assert len(ops) == 242 and set(ops.values()) == {1}
+    engine = EmbeddedEngine(idx)
+    assert engine.stats().vectors == 242
+    engine.close()
+
+
+def _redis(port: int, directory: Path) -> subprocess.Popen[bytes]:
+    import shutil
+    import socket
+
+    proc = subprocess.Popen([str(shutil.which("redis-server")), "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", str(directory)],
+                            stdout=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return proc
+        except OSError:
+            pass
+        assert time.time() < deadline, "redis-server did not start"
+        time.sleep(0.05)
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
+    """Redis (append-only file) is SIGKILLed and started again while a worker runs a job: the worker
+    reconnects, the job completes, every chunk has its vector, none twice."""
+    import signal
+
+    from tests.integration.conftest import _free_port
+
+    port = _free_port()
+    (tmp_path / "redis").mkdir()
+    server = _redis(port, tmp_path / "redis")
+    # tasks unacknowledged when Redis died come back after the visibility timeout
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+           "HYBRIDSEARCH_WORKER_VISIBILITY_TIMEOUT": "10"}
+    idx = tmp_path / "idx"
+    worker = None
+    try:
+        assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+                              capture_output=True).returncode == 0
+        job = _enqueue(env, idx, 30)
+        worker = _worker(env, 1)
+        deadline = time.time() + 120
+        while not _journal_ops(idx, "vector"):
+            assert time.time() < deadline, "the worker embedded nothing"
+            time.sleep(0.2)
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        time.sleep(2.0)  # the worker notices the broker is gone
+        server = _redis(port, tmp_path / "redis")
+        st = _wait_job(env, job, 300)
+        assert worker.poll() is None
+    finally:
+        if worker is not None:
+            _stop(worker)
+        server.terminate()
+        server.wait(timeout=10)
+    log = worker.stderr.read() if worker is not None and worker.stderr else ""
+    assert st["status"] == "done" and st["done"] == 9 and st["failed"] == 0, (st, log[-3000:])
+    ops = _journal_ops(idx, "vector")
+    assert len(ops) == 242 and set(ops.values()) == {1}
