@@ -403,3 +403,39 @@ def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
     assert st["status"] == "done" and st["done"] == 9 and st["failed"] == 0, (st, log[-3000:])
     ops = _journal_ops(idx, "vector")
     assert len(ops) == 242 and set(ops.values()) == {1}
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_killing_the_index_owner_loses_nothing_acknowledged(redis_url, tmp_path) -> None:
+    """`ingest --executor celery` (the process that owns the index) is SIGKILLed while workers write
+    vectors into the journal: the workers finish the job, and after reopening every journaled vector
+    is applied and searchable."""
+    import signal
+
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
+    idx = tmp_path / "idx"
+    worker = _worker(env, 1)
+    try:
+        owner = subprocess.Popen([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--executor", "celery",
+                                  "--chunk", "30", "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        deadline = time.time() + 120
+        while not (idx / "store.sqlite").exists() or not _journal_ops(idx, "vector"):
+            assert owner.poll() is None and time.time() < deadline, owner.stderr.read() if owner.stderr else ""
+            time.sleep(0.2)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+        embed_job = [j for j in json.loads(subprocess.run([EXE, "jobs", "--json"], env=env, capture_output=True,
+                                                          text=True).stdout)
+                     if j["target"] == str(idx.resolve()) and j["kind"] == "embed"][0]
+        st = _wait_job(env, embed_job["id"], 300)
+    finally:
+        _stop(worker)
+    assert st["status"] == "done" and st["done"] == st["batches"] == 9
+    engine = EmbeddedEngine(idx)  # the next owner applies the journal
+    assert engine.count() == 242 and engine.stats().vectors == 242
+    doc = engine.get(["topo-compact-space"])["topo-compact-space"]
+    vec = engine.vectors(["topo-compact-space"])["topo-compact-space"]
+    assert engine.knn(vec, 1).ids == [doc.id]
+    engine.close()
