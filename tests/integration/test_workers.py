@@ -343,23 +343,9 @@ def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_p
 
 
 def _redis(port: int, directory: Path) -> subprocess.Popen[bytes]:
-    import shutil
-    import socket
+    from tests.integration.conftest import start_redis
 
-    proc = subprocess.Popen([str(shutil.which("redis-server")), "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", str(directory)],
-                            stdout=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc
-        except OSError:
-            pass
-        assert time.time() < deadline, "redis-server did not start"
-        time.sleep(0.05)
+    return start_redis(port, "--appendonly", "yes", "--appendfsync", "always", "--dir", str(directory))
 
 
 @pytest.mark.integration
