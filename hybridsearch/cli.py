@@ -90,9 +90,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             target, index = _worker_target(args)
             started = [] if args.no_embed else [start("embed", target, index, missing_vector_ids(engine), args.chunk)]
             started.append(start("hdc", target, index, [i for i, _ in engine.missing_codes()], args.chunk))
-            code = _follow_jobs(started, args.quiet)
-            st = engine.stats()  # the owner applies what the workers journaled
-            summary.embedded = 0 if args.no_embed else st.vectors
+            code, done = _follow_jobs(started, args.quiet)
+            engine.stats()  # the owner applies what the workers journaled
+            summary.embedded = 0 if args.no_embed else done[0]
     finally:
         engine.close()
     print("\n".join(summary.lines()))
@@ -155,9 +155,9 @@ def _worker_target(args: argparse.Namespace) -> tuple[str, str | None]:
     return str(_index_dir(args).resolve()), None
 
 
-def _follow_jobs(job_ids: list[str], quiet: bool) -> int:
-    """Progress bars fed from the jobs' state in Redis until they end; 1 if a batch was
-    dead-lettered (with how to retry), else 0."""
+def _follow_jobs(job_ids: list[str], quiet: bool) -> tuple[int, list[int]]:
+    """Progress bars fed from the jobs' state in Redis until they end; returns 1 if a batch was
+    dead-lettered (saying how to retry), else 0, and the chunks each job did."""
     from tqdm import tqdm
 
     from workers import jobs
@@ -165,6 +165,7 @@ def _follow_jobs(job_ids: list[str], quiet: bool) -> int:
 
     r = jobs.client(redis_url())
     code = 0
+    done: list[int] = []
     for job in job_ids:
         st = jobs.state(r, job)
         bar = tqdm(desc=f"{st.kind} (celery)", total=st.docs, unit="doc", disable=quiet, leave=False)
@@ -184,7 +185,8 @@ def _follow_jobs(job_ids: list[str], quiet: bool) -> int:
             print(f"error: {st.failed} batches of job {job} were dead-lettered (first: {first}); after fixing the "
                   f"cause run `hybridsearch jobs retry {job} --wait`", file=sys.stderr)
             code = 1
-    return code
+        done.append(st.docs_done)
+    return code, done
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -202,12 +204,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
             check_broker(redis_url())  # one clear line, not a publish that retries for minutes
             target, index = _worker_target(args)
             ids = missing_vector_ids(engine)
-            job = start("embed", target, index, ids, args.chunk)
-            print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks (job {job})", flush=True)
-            return _follow_jobs([job], args.quiet) if args.wait else 0
-        n = embed_missing(engine, default_encoder(), progress=not args.quiet)
+        else:
+            n = embed_missing(engine, default_encoder(), progress=not args.quiet)
     finally:
-        engine.close()
+        engine.close()  # with --enqueue the workers do the rest; this process only follows them
+    if args.enqueue:
+        job = start("embed", target, index, ids, args.chunk)
+        print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks (job {job})", flush=True)
+        return _follow_jobs([job], args.quiet)[0] if args.wait else 0
     print(f"embedded {n} chunks")
     return 0
 
@@ -222,9 +226,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         from workers.tasks import retry
 
         n = retry(args.job)
-        print(f"sent {n} dead-lettered batches of job {args.job} again" if n else
-              f"job {args.job} has no dead-lettered batches", flush=True)
-        return _follow_jobs([args.job], args.quiet) if args.wait and n else 0
+        print(f"sent {n} unfinished batches of job {args.job} again" if n else
+              f"job {args.job} has no unfinished batches", flush=True)
+        return _follow_jobs([args.job], args.quiet)[0] if args.wait and n else 0
     states = jobs.jobs(jobs.client(url))
     if args.json:
         print(json.dumps([s.as_dict() for s in states], indent=2))

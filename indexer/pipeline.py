@@ -13,7 +13,7 @@ from tqdm import tqdm
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import BinarySearch, Engine, is_url, open_engine
-from hybridsearch.engines.embedded.store import Store
+from hybridsearch.engines.embedded.store import Store, hash_text
 from hybridsearch.errors import IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
@@ -116,8 +116,9 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     batch run twice does nothing the second time; unknown ids are skipped. Returns how many were
     embedded."""
     return _derive_at(target, ids, index, "vectors", lambda engine, docs: embed_ids(engine, encoder, docs),
-                      lambda store, docs: store.set_vectors([d.id for d in docs],
-                                                            encoder.encode([d.dense_text for d in docs]), encoder.name))
+                      lambda store, docs: store.set_vectors(
+                          [d.id for d in docs], encoder.encode([d.dense_text for d in docs]), encoder.name,
+                          hashes=[str(hash_text(d.dense_text)) for d in docs], only_missing=True))
 
 
 def _derive_at(target: str, ids: Sequence[str], index: str | None, what: str,
@@ -169,7 +170,7 @@ def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None)
 
     def into_store(store: Store, docs: list[Document]) -> None:
         enc = HdcEncoder(ngrams=store.hdc_options()["ngrams"])
-        store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs])
+        store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs], only_missing=True)
 
     return _derive_at(target, ids, index, "codes", through_engine, into_store)
 

@@ -27,7 +27,8 @@ def redis_url(settings: Settings | None = None) -> str:
     try:
         redis.ConnectionPool.from_url(url)
     except ValueError as e:
-        raise ConfigError(f"HYBRIDSEARCH_REDIS_URL: {url!r} is not a Redis URL ({e})") from e
+        shown = url.rpartition("@")[2]  # never the password
+        raise ConfigError(f"HYBRIDSEARCH_REDIS_URL: {shown!r} is not a Redis URL ({e})") from e
     return url
 
 
@@ -54,7 +55,7 @@ def make_app(url: str | None = None, settings: Settings | None = None) -> Celery
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
         task_queues=[Queue(q) for q in QUEUES], task_default_queue="embed",
         task_routes={"hybridsearch.embed": {"queue": "embed"}, "hybridsearch.hdc_encode": {"queue": "hdc"}},
-        broker_transport_options=transport, result_backend_transport_options=transport,
+        broker_transport_options=transport, task_ignore_result=True,
         broker_connection_retry_on_startup=True, result_expires=s.worker_task_expires,
         # a retry sent while Redis restarts waits for it (about 40 s) instead of failing the task
         task_publish_retry_policy={"max_retries": 10, "interval_start": 0.5, "interval_step": 1.0,

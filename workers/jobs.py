@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
 
-from hybridsearch.errors import ConfigError, IndexNotFoundError
+from hybridsearch.errors import ConfigError, EngineUnavailableError, IndexNotFoundError
 
 PREFIX = "hybridsearch:job:"
 KINDS = ("embed", "hdc")
@@ -49,8 +50,8 @@ class JobState:
         return {**asdict(self), "seconds": round(self.seconds, 3)}
 
 
-def client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=10)
+def client(url: str, timeout: float = 10.0) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout, socket_timeout=timeout)
 
 
 def create(r: redis.Redis, kind: str, target: str, index: str | None, batches: Sequence[Sequence[str]],
@@ -63,72 +64,114 @@ def create(r: redis.Redis, kind: str, target: str, index: str | None, batches: S
     pipe = r.pipeline()
     pipe.hset(key, mapping={"kind": kind, "target": target, "index": index or "", "status": "running",
                             "batches": len(batches), "docs": sum(len(b) for b in batches), "docs_done": 0,
-                            "finished_batches": 0, "created": time.time(), "finished": ""})
+                            "created": time.time(), "finished": ""})
     if batches:
         pipe.hset(key + ":batches", mapping={str(i): json.dumps(list(b)) for i, b in enumerate(batches)})
     else:
         pipe.hset(key, mapping={"status": "done", "finished": time.time()})
     for k in (key, key + ":batches"):
         pipe.expire(k, ttl)
-    pipe.execute()
+    with unavailable():
+        pipe.execute()
     return job
 
 
-def batch_ids(r: redis.Redis, job: str, batch: int) -> list[str]:
-    raw = r.hget(PREFIX + job + ":batches", str(batch))
-    if raw is None:
-        raise IndexNotFoundError(f"no batch {batch} of job {job!r} (expired or never made)")
-    ids: list[str] = json.loads(str(raw))
-    return ids
+# One atomic step per batch outcome: a batch already done stays done (a late dead-letter of it is
+# ignored), a batch is counted once however often it is delivered, and the status is worked out
+# again every time, so that concurrent batches can never leave a stale one. KEYS: job hash, :done,
+# :failed; ARGV: batch, docs, error ("" when done).
+_RECORD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ARGV[3] == '' then
+  if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'docs_done', ARGV[2]) end
+  redis.call('HDEL', KEYS[3], ARGV[1])
+elseif redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 0 then
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+end
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl); redis.call('PEXPIRE', KEYS[3], ttl) end
+local done, failed = redis.call('SCARD', KEYS[2]), redis.call('HLEN', KEYS[3])
+local total = tonumber(redis.call('HGET', KEYS[1], 'batches'))
+if done + failed >= total then
+  if redis.call('HGET', KEYS[1], 'status') == 'running' then
+    redis.call('HSET', KEYS[1], 'status', failed == 0 and 'done' or 'failed', 'finished', ARGV[4])
+  end
+else
+  redis.call('HSET', KEYS[1], 'status', 'running', 'finished', '')
+end
+return 1
+"""
 
 
 def record(r: redis.Redis, job: str, batch: int, *, docs: int = 0, error: str | None = None) -> None:
-    """Record a batch as done (its `docs` counted once) or dead-lettered with `error`; the batch
-    that finishes the job records its completion."""
+    """Record a batch as done (its `docs` counted once) or dead-lettered with `error`, and the
+    job's status with it (atomically, in Redis)."""
     key = PREFIX + job
-    if error is None:
-        if r.sadd(key + ":done", str(batch)) == 0:
-            return  # delivered again after it was recorded
-        pipe = r.pipeline()
-        pipe.hdel(key + ":failed", str(batch))
-        pipe.hincrby(key, "docs_done", docs)
-        pipe.expire(key + ":done", int(r.ttl(key) or 86_400))
-        pipe.execute()
-    else:
-        r.hset(key + ":failed", str(batch), error[:500])
-        r.expire(key + ":failed", int(r.ttl(key) or 86_400))
-    done, failed, total = r.scard(key + ":done"), r.hlen(key + ":failed"), int(str(r.hget(key, "batches") or 0))
-    if done + failed >= total:
-        r.hset(key, mapping={"status": "done" if failed == 0 else "failed", "finished": time.time()})
+    with unavailable():
+        r.eval(_RECORD, 3, key, key + ":done", key + ":failed", str(batch), str(docs), (error or "")[:500],
+               str(time.time()))
+
+
+@contextmanager
+def unavailable() -> Iterator[None]:
+    """Redis errors as one EngineUnavailableError line."""
+    try:
+        yield
+    except redis.RedisError as e:
+        raise EngineUnavailableError(f"Redis (the job state) is not reachable: {e}".splitlines()[0]) from e
 
 
 def state(r: redis.Redis, job: str) -> JobState:
     key = PREFIX + job
-    h: dict[str, str] = r.hgetall(key)  # type: ignore[assignment]
-    if not h:
+    with unavailable():
+        h: dict[str, str] = r.hgetall(key)  # type: ignore[assignment]
+        done, failed = int(r.scard(key + ":done")), int(r.hlen(key + ":failed"))
+    if "kind" not in h:
         raise IndexNotFoundError(f"no job {job!r} (`hybridsearch jobs` lists them)")
-    return JobState(job, h["kind"], h["target"], h["index"] or None, h["status"], int(h["batches"]),
-                    int(r.scard(key + ":done")), int(r.hlen(key + ":failed")), int(h["docs"]), int(h["docs_done"]),
-                    float(h["created"]), float(h["finished"]) if h["finished"] else None)
+    return JobState(job, h["kind"], h["target"], h["index"] or None, h["status"], int(h["batches"]), done, failed,
+                    int(h["docs"]), int(h["docs_done"]), float(h["created"]),
+                    float(h["finished"]) if h["finished"] else None)
 
 
 def failures(r: redis.Redis, job: str) -> dict[int, str]:
-    got: dict[str, str] = r.hgetall(PREFIX + job + ":failed")  # type: ignore[assignment]
+    with unavailable():
+        got: dict[str, str] = r.hgetall(PREFIX + job + ":failed")  # type: ignore[assignment]
     return {int(k): v for k, v in got.items()}
 
 
 def jobs(r: redis.Redis) -> list[JobState]:
-    names = {k[len(PREFIX):] for k in r.scan_iter(PREFIX + "*") if k.count(":") == 2}
-    return sorted((state(r, n) for n in names), key=lambda s: s.created)
+    with unavailable():
+        names = {k[len(PREFIX):] for k in r.scan_iter(PREFIX + "*") if k.count(":") == 2}
+    out = []
+    for n in names:
+        try:
+            out.append(state(r, n))
+        except IndexNotFoundError:  # expired since the scan
+            continue
+    return sorted(out, key=lambda s: s.created)
 
 
-def reopen(r: redis.Redis, job: str) -> list[int]:
-    """Clear a job's dead-lettered batches for another run; returns their numbers."""
-    batches = sorted(failures(r, job))
-    if batches:
-        r.delete(PREFIX + job + ":failed")
-        r.hset(PREFIX + job, mapping={"status": "running", "finished": ""})
-    return batches
+def unfinished(r: redis.Redis, job: str) -> dict[int, list[str]]:
+    """The batches of a job not recorded done (dead-lettered, expired in the queue, never sent or
+    still running), by number, with their ids."""
+    key = PREFIX + job
+    with unavailable():
+        done = {int(b) for b in r.smembers(key + ":done")}  # type: ignore[union-attr]
+        raw: dict[str, str] = r.hgetall(key + ":batches")  # type: ignore[assignment]
+    if not raw:
+        raise IndexNotFoundError(f"the batches of job {job!r} have expired; start the backfill again")
+    return {int(n): json.loads(ids) for n, ids in raw.items() if int(n) not in done}
+
+
+def reopen(r: redis.Redis, job: str, batches: Sequence[int]) -> None:
+    """Clear the dead-letters of `batches` and mark the job running again, before they are resent."""
+    key = PREFIX + job
+    with unavailable():
+        pipe = r.pipeline()
+        if batches:
+            pipe.hdel(key + ":failed", *[str(b) for b in batches])
+        pipe.hset(key, mapping={"status": "running", "finished": ""})
+        pipe.execute()
 
 
 def follow(r: redis.Redis, job: str, on_state: Callable[[JobState], None], poll: float = 0.5,

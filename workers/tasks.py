@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 from celery import Task, group
+from kombu.exceptions import OperationalError
 
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import default_encoder
@@ -24,7 +25,7 @@ RETRY: dict[str, Any] = {
                       redis.TimeoutError),
     "dont_autoretry_for": (ValidationError, ConfigError),
     "retry_backoff": True, "retry_backoff_max": _s.worker_retry_backoff_max, "retry_jitter": True,
-    "max_retries": _s.worker_max_retries, "acks_late": True,
+    "max_retries": _s.worker_max_retries,
 }
 
 
@@ -71,8 +72,12 @@ def submit(kind: str, target: str, index: str | None, job: str, batches: dict[in
     """Send batches of a job as one group of tasks."""
     expires = get_settings().worker_task_expires
     task = TASKS[kind]
-    group(task.signature((target, ids, index), {"job": job, "batch": n}, expires=expires)
-          for n, ids in batches.items()).apply_async()
+    try:
+        group(task.signature((target, ids, index), {"job": job, "batch": n}, expires=expires)
+              for n, ids in batches.items()).apply_async()
+    except (OperationalError, redis.RedisError) as e:
+        raise EngineUnavailableError(f"could not send the tasks of job {job} to the broker ({e}); "
+                                     f"`hybridsearch jobs retry {job}` sends what is missing") from e
 
 
 def start(kind: str, target: str, index: str | None, ids: list[str], chunk: int) -> str:
@@ -85,10 +90,13 @@ def start(kind: str, target: str, index: str | None, ids: list[str], chunk: int)
 
 
 def retry(job: str) -> int:
-    """Send a job's dead-lettered batches again; returns how many."""
+    """Send every batch of a job that is not recorded done again (dead-lettered, expired in the
+    queue, never sent, or lost); safe because a batch does only the work still missing. Returns
+    how many."""
     r = jobs.client(redis_url())
     st = jobs.state(r, job)
-    numbers = jobs.reopen(r, job)
-    if numbers:
-        submit(st.kind, st.target, st.index, job, {n: jobs.batch_ids(r, job, n) for n in numbers})
-    return len(numbers)
+    batches = jobs.unfinished(r, job)
+    if batches:
+        jobs.reopen(r, job, list(batches))
+        submit(st.kind, st.target, st.index, job, batches)
+    return len(batches)

@@ -111,7 +111,13 @@ def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, enco
             assert worker.poll() is None and time.time() < deadline, "the worker started no pool process"
             time.sleep(0.2)
         first = _children(worker.pid)
-        time.sleep(2.0)  # the pool process has taken the first task and is loading the model
+        from workers import jobs
+
+        r = jobs.client(redis_url)
+        while not r.hlen("unacked"):  # the task is delivered and not yet acknowledged
+            assert time.time() < deadline, "no task was delivered"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the pool process has taken it and is loading the model
         assert engine.store.count_vectors() == 0
         for pid in first:
             os.kill(pid, signal.SIGKILL)
@@ -148,11 +154,12 @@ def test_broker_down_or_malformed_is_one_line(tmp_path) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.opensearch
-def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(tmp_path, opensearch_index, encoder) -> None:
-    """The plain functions the tasks call: a batch run twice does nothing the second time (on a
-    directory, no second journal entry), and a target that is not a hybridsearch index is refused."""
-    from hybridsearch.errors import HybridSearchError, IndexNotFoundError
+def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
+    """The plain functions the tasks call: a batch run twice does nothing the second time (no second
+    journal entry), a result for text that changed meanwhile is dropped, and a directory that is
+    not an index is refused, never created."""
+    from hybridsearch.engines.embedded.store import Store, hash_text
+    from hybridsearch.errors import IndexNotFoundError
     from indexer.pipeline import embed_ids_at, encode_hdc_ids
 
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:12]
@@ -165,21 +172,37 @@ def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(tmp_path, op
     assert embed_ids_at(target, encoder, ids) == 7  # the first five are done
     assert embed_ids_at(target, encoder, ids) == 0
     assert encode_hdc_ids(target, ids) == 12 and encode_hdc_ids(target, ids) == 0
-    from hybridsearch.engines.embedded.store import Store
-
     store = Store(tmp_path / "idx" / "store.sqlite")
     ops = [e.op for e in store.journal_since(0)]
-    store.close()
     assert ops.count("vector") == 12 and ops.count("hdc") == 12
+    # a worker's vector for text that has changed since it read it is not stored
+    engine = EmbeddedEngine(tmp_path / "idx")
+    engine.write([docs[0].model_copy(update={"text": "a different statement"})])
+    engine.close()
+    stale = encoder.encode([docs[0].dense_text])
+    assert store.set_vectors([ids[0]], stale, encoder.name, hashes=[str(hash_text(docs[0].dense_text))],
+                             only_missing=True) == 0
+    store.close()
+    assert embed_ids_at(target, encoder, ids) == 1  # the new text is embedded once
+    with pytest.raises(IndexNotFoundError):
+        embed_ids_at(str(tmp_path / "nothing"), encoder, ids)
+    assert not (tmp_path / "nothing").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.opensearch
+def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(opensearch_index, encoder) -> None:
+    from hybridsearch.errors import HybridSearchError, IndexNotFoundError
+    from indexer.pipeline import embed_ids_at, encode_hdc_ids
+
+    docs = list(BeirLoader().load(DEMO, LoadReport()))[:12]
+    ids = [d.id for d in docs]
     osx = opensearch_index
     osx.write(docs)
     url = osx.raw_url
     assert embed_ids_at(url, encoder, ids, index=osx.index) == 12
     assert embed_ids_at(url, encoder, ids, index=osx.index) == 0
     assert osx.stats().vectors == 12
-    with pytest.raises(IndexNotFoundError):
-        embed_ids_at(str(tmp_path / "nothing"), encoder, ids)
-    assert not (tmp_path / "nothing").exists()
     with pytest.raises(IndexNotFoundError):
         encode_hdc_ids(url, ids, index="no-such-index")
     osx.client.indices.create(index="not-ours-idx", body={"aliases": {"not-ours": {}}})
@@ -188,6 +211,41 @@ def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(tmp_path, op
             embed_ids_at(url, encoder, ids, index="not-ours")
     finally:
         osx.client.indices.delete(index="not-ours-idx")
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_job_records_are_atomic_and_counted_once(redis_url) -> None:
+    """jobs.record against a real Redis: a batch counts once however often it is recorded, a late
+    dead-letter of a done batch is ignored, a dead-lettered batch that succeeds later clears it,
+    and a job whose state expired is never recreated half-made."""
+    from workers import jobs
+
+    r = jobs.client(redis_url)
+    job = jobs.create(r, "embed", "/x", None, [["a", "b"], ["c"]], 600)
+    jobs.record(r, job, 0, docs=2)
+    jobs.record(r, job, 0, docs=2)  # delivered again
+    jobs.record(r, job, 0, error="late")  # a dead-letter after it was done
+    st = jobs.state(r, job)
+    assert (st.status, st.done, st.failed, st.docs_done) == ("running", 1, 0, 2)
+    jobs.record(r, job, 1, error="IndexNotFoundError: gone")
+    st = jobs.state(r, job)
+    assert (st.status, st.done, st.failed) == ("failed", 1, 1)
+    assert jobs.failures(r, job) == {1: "IndexNotFoundError: gone"}
+    assert jobs.unfinished(r, job) == {1: ["c"]}
+    jobs.reopen(r, job, [1])
+    assert jobs.state(r, job).status == "running"
+    jobs.record(r, job, 1, docs=1)
+    st = jobs.state(r, job)
+    assert (st.status, st.done, st.failed, st.docs_done) == ("done", 2, 0, 3) and st.finished is not None
+    r.delete(jobs.PREFIX + job)  # expired
+    jobs.record(r, job, 1, docs=1)
+    assert not r.exists(jobs.PREFIX + job)
+    with pytest.raises(Exception, match="no job"):
+        jobs.state(r, job)
+    assert all(s.id != job for s in jobs.jobs(r))
+    with pytest.raises(Exception, match="not reachable"):
+        jobs.state(jobs.client("redis://127.0.0.1:1/0", timeout=1), job)
 
 
 def _worker(env: dict[str, str], concurrency: int = 2) -> subprocess.Popen[str]:  # noqa: D103
@@ -334,7 +392,7 @@ def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_p
         st = _wait_job(env, job, 300)
     finally:
         _stop(second)
-    assert st["status"] == "done" and st["done"] == st["batches"] == 9 and st["docs_done"] <= 242
+    assert st["status"] == "done" and st["done"] == st["batches"] == 9 and st["docs_done"] == 242
     ops = _journal_ops(idx, "vector")
     assert len(ops) == 242 and set(ops.values()) == {1}
     engine = EmbeddedEngine(idx)

@@ -21,18 +21,19 @@ def test_queues_delivery_and_visibility_come_from_settings(monkeypatch) -> None:
 
 
 def test_tasks_retry_transient_errors_only() -> None:
+    from hybridsearch.config import Settings
     from workers.tasks import embed, hdc_encode
 
     for task in (embed, hdc_encode):
         assert EngineUnavailableError in task.autoretry_for and ConnectionError in task.autoretry_for
         assert set(task.dont_autoretry_for) == {ValidationError, ConfigError}
-        assert task.retry_backoff and task.retry_jitter and task.max_retries == 5 and task.acks_late
+        assert task.retry_backoff and task.retry_jitter and task.max_retries == Settings().worker_max_retries
 
 
 def test_a_malformed_broker_url_is_a_config_error() -> None:
     from hybridsearch.config import Settings
     from workers.celery_app import redis_url
 
-    with pytest.raises(ConfigError, match="HYBRIDSEARCH_REDIS_URL: 'amqp://x' is not a Redis URL"):
-        redis_url(Settings(redis_url="amqp://x"))
+    with pytest.raises(ConfigError, match="HYBRIDSEARCH_REDIS_URL: 'x' is not a Redis URL"):
+        redis_url(Settings(redis_url="amqp://user:secret@x"))  # the password is never shown
     assert redis_url(Settings(redis_url=None)) == "redis://127.0.0.1:6379/0"

@@ -147,28 +147,38 @@ class Store:
                 deleted.append(id_)
         return deleted
 
-    def _set_derived(self, ids: Sequence[str], rows: Iterable[Sequence[object]], insert: str, op: str) -> int:
+    def _set_derived(self, ids: Sequence[str], rows: Iterable[Sequence[object]], table: str, op: str, *,
+                     hashes: Sequence[str] | None = None, only_missing: bool = False) -> int:
         """Attach data computed after ingest to existing chunks, journaled as `op`; unknown ids are
-        skipped. `insert` takes the label followed by `rows`' values. Returns how many were set."""
+        skipped, and so (in the same transaction, for workers) are chunks whose dense text no longer
+        has the hash in `hashes`, and with `only_missing` chunks that have a row in `table` already.
+        Returns how many were set."""
+        insert = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * (5 if table == 'hdc' else 3))})"
         n = 0
         with self._transaction() as c:
-            for id_, values in zip(ids, rows, strict=True):
-                row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
-                if row is not None:
-                    c.execute(insert, (row[0], *values))
-                    c.execute("INSERT INTO journal(op, id, label) VALUES (?,?,?)", (op, id_, row[0]))
-                    n += 1
+            for i, (id_, values) in enumerate(zip(ids, rows, strict=True)):
+                row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (id_,)).fetchone()
+                if row is None or (hashes is not None and row[1] != hashes[i]):
+                    continue
+                if only_missing and c.execute(f"SELECT 1 FROM {table} WHERE label=?", (row[0],)).fetchone():
+                    continue
+                c.execute(insert, (row[0], *values))
+                c.execute("INSERT INTO journal(op, id, label) VALUES (?,?,?)", (op, id_, row[0]))
+                n += 1
         return n
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str) -> int:
-        """Store vectors computed after ingest (workers); journal op 'vector'."""
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str, *,
+                    hashes: Sequence[str] | None = None, only_missing: bool = False) -> int:
+        """Store vectors computed after ingest (workers: with the dense-text hashes they embedded
+        and only_missing, so a stale or repeated result is dropped); journal op 'vector'."""
         rows = ((model, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors)
-        return self._set_derived(ids, rows, "INSERT OR REPLACE INTO vectors VALUES (?,?,?)", "vector")
+        return self._set_derived(ids, rows, "vectors", "vector", hashes=hashes, only_missing=only_missing)
 
-    def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]]) -> int:
+    def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]], *,
+                  only_missing: bool = False) -> int:
         """Store HDC codes computed after ingest; journal op 'hdc'."""
         rows = (_code_row(code) for code in codes)
-        return self._set_derived(ids, rows, "INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", "hdc")
+        return self._set_derived(ids, rows, "hdc", "hdc", only_missing=only_missing)
 
     # -- reads --------------------------------------------------------------------------------
     def max_seq(self) -> int:
