@@ -1,7 +1,7 @@
 """Full ingest of a BEIR dataset with embeddings and HDC codes: the inline executor against the
 Celery executor with N worker processes; prints a table.
 
-    python bench/workers.py DATASET [--workers 2] [--hdc-docs 100000]
+    python bench/celery_ingest.py DATASET [--workers 2] [--hdc-docs 100000]
 
 Both runs are whole `hybridsearch ingest` commands into fresh index directories, timed from start
 to the last vector applied, model loading included (inline loads it once; each worker process
@@ -68,6 +68,7 @@ def main() -> None:
             time.sleep(3)  # the worker connects
             celery_s = timed([EXE, "ingest", str(args.dataset), "--index-dir", f"{tmp}/celery", "--executor",
                               "celery", "-q"], env)
+            table(args.dataset.name, docs, inline_s, celery_s, args.workers)
             hdc = hdc_backfill(args.dataset, args.hdc_docs, Path(tmp), env) if args.hdc_docs else None
     finally:
         if worker is not None:
@@ -75,12 +76,6 @@ def main() -> None:
             worker.wait(timeout=60)
         redis.terminate()
         redis.wait(timeout=10)
-    print(f"\nfull ingest of {args.dataset.name} ({docs} documents, MiniLM vectors and HDC codes), "
-          f"{os.cpu_count()} cores")
-    print(f"  {'executor':<40} {'seconds':>8} {'docs/s':>8}")
-    print(f"  {'inline (one process)':<40} {inline_s:>8.1f} {docs / inline_s:>8.1f}")
-    print(f"  {f'celery ({args.workers} one-thread worker processes)':<40} {celery_s:>8.1f} {docs / celery_s:>8.1f}")
-    print(f"  celery / inline: {inline_s / celery_s:.2f}x")
     if hdc is not None:
         n, inline_hdc, celery_hdc = hdc
         print(f"\nHDC backfill of {n} synthetic documents")
@@ -88,6 +83,14 @@ def main() -> None:
         print(f"  {'inline (encode_hdc_missing)':<40} {inline_hdc:>8.1f} {n / inline_hdc:>8.0f}")
         print(f"  {f'celery ({args.workers} worker processes)':<40} {celery_hdc:>8.1f} {n / celery_hdc:>8.0f}")
         print(f"  celery / inline rate: {inline_hdc / celery_hdc:.0%}")
+
+
+def table(name: str, docs: int, inline_s: float, celery_s: float, workers: int) -> None:
+    print(f"\nfull ingest of {name} ({docs} documents, MiniLM vectors and HDC codes), {os.cpu_count()} cores")
+    print(f"  {'executor':<40} {'seconds':>8} {'docs/s':>8}")
+    print(f"  {'inline (one process)':<40} {inline_s:>8.1f} {docs / inline_s:>8.1f}")
+    print(f"  {f'celery ({workers} one-thread worker processes)':<40} {celery_s:>8.1f} {docs / celery_s:>8.1f}")
+    print(f"  celery / inline: {inline_s / celery_s:.2f}x", flush=True)
 
 
 def hdc_backfill(dataset: Path, n: int, tmp: Path, env: dict[str, str]) -> tuple[int, float, float]:
