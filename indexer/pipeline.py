@@ -127,27 +127,31 @@ def _derive_at(target: str, ids: Sequence[str], index: str | None, what: str,
     """Store what is derived (`what`: "vectors" or "codes") from the chunks `ids` of `target` that
     exist and still lack it, through the engine for a URL or into the journal of a directory;
     returns how many. The target must be an existing hybridsearch index (IndexNotFoundError)."""
+    def pending(holder: Engine | Store) -> list[Document]:
+        found = holder.missing_vectors(ids=ids) if what == "vectors" else holder.missing_codes(ids=ids)
+        return [d for _, d in found]
+
     if is_url(target):
         engine = open_engine(target, **({"index": index} if index else {}))
         try:
             engine.stats()  # the index exists and hybridsearch made it
-            pending = engine.missing_vectors(ids=ids) if what == "vectors" else engine.missing_codes(ids=ids)
-            if pending:
-                through_engine(engine, [d for _, d in pending])
-            return len(pending)
+            docs = pending(engine)
+            if docs:
+                through_engine(engine, docs)
         finally:
             engine.close()
+        return len(docs)
     path = Path(target) / "store.sqlite"
     if not path.is_file():
         raise IndexNotFoundError(f"no index at {target}")
     store = Store(path)
     try:
-        pending = store.missing_vectors(ids=ids) if what == "vectors" else store.missing_codes(ids=ids)
-        if pending:
-            into_store(store, [d for _, d in pending])
-        return len(pending)
+        docs = pending(store)
+        if docs:
+            into_store(store, docs)
     finally:
         store.close()
+    return len(docs)
 
 
 def encode_hdc_missing(engine: Engine, *, progress: bool = True) -> int:

@@ -394,9 +394,10 @@ class Admin:
             meta["reindexed_from"] = old
         return {"hybridsearch": meta}
 
-    def _set_write_block(self, index: str, on: bool) -> None:
+    def _unblock(self, index: str) -> None:
+        """Lift the write block `reindex` set (with the add-block API) on `index`."""
         with self.errors("write block"):
-            self.client.indices.put_settings(index=index, body={"index": {"blocks": {"write": True if on else None}}})
+            self.client.indices.put_settings(index=index, body={"index": {"blocks": {"write": None}}})
 
     def _copy(self, old: str, new: str, progress: Progress | None, poll: float) -> None:
         with self.errors("reindex"):
@@ -436,7 +437,7 @@ class Admin:
         here is added to the message of `cause`, which the caller re-raises."""
         try:
             self.client.indices.delete(index=new, ignore=404)
-            self._set_write_block(live, False)
+            self._unblock(live)
         except Exception as e:
             note = (f"; cleaning up also failed ({error_reason(e)}): delete {new} and lift the write block on {live} "
                     f"(`hybridsearch indices reindex` does both when run again)")

@@ -215,16 +215,22 @@ class OpenSearchEngine:
             result: dict[str, Any] = self.client.search(index=self.index, body=body, **params)
         return result
 
+    def _live(self, what: str) -> tuple[str, dict[str, Any]]:
+        """The version behind the read alias and its hybridsearch `_meta`, in one request."""
+        with self._errors(what):
+            got = self.client.indices.get_mapping(index=self.index)
+        name = sorted(got)[0]
+        if name == self.index:  # a concrete index of that name, not our alias
+            raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
+        meta: dict[str, Any] = got[name]["mappings"].get("_meta", {}).get("hybridsearch", {})
+        return name, meta
+
     def _concrete_index(self) -> str:
-        with self._errors("read alias"):
-            if not self.client.indices.exists_alias(name=self.index):
-                raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
-            names = sorted(self.client.indices.get_alias(name=self.index))
-            meta = self.client.indices.get_mapping(index=names[0])[names[0]]["mappings"].get("_meta", {})
-        if meta.get("hybridsearch", {}).get("index") != self.index:
+        name, meta = self._live("read alias")
+        if meta.get("index") != self.index:
             raise ConfigError(f"index: {self.index!r} at {self.url} was not made by hybridsearch (its index "
-                              f"{names[0]} carries no hybridsearch metadata)")
-        return names[0]
+                              f"{name} carries no hybridsearch metadata)")
+        return name
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
@@ -446,11 +452,7 @@ class OpenSearchEngine:
 
     # -- index metadata ---------------------------------------------------------------------------
     def _index_meta(self) -> dict[str, Any]:
-        with self._errors("read metadata"):
-            got = self.client.indices.get_mapping(index=self.index)
-        (mapping,) = got.values()
-        meta: dict[str, Any] = mapping["mappings"].get("_meta", {}).get("hybridsearch", {})
-        return meta
+        return self._live("read metadata")[1]
 
     def get_meta(self, key: str) -> Any:
         with self._errors("read metadata"):
