@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,18 @@ def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def _wait_for(done: Callable[[], bool], timeout: float, message: str, worker: subprocess.Popen[str] | None = None,
+              poll: float = 0.5) -> None:
+    """Poll `done()` until it is true; fail with `message` after `timeout` seconds, or at once, with
+    its log, if `worker` has exited."""
+    deadline = time.time() + timeout
+    while not done():
+        if worker is not None:
+            assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
+        assert time.time() < deadline, message
+        time.sleep(poll)
+
+
 @pytest.mark.integration
 @pytest.mark.redis
 def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder) -> None:
@@ -39,11 +52,8 @@ def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder
         out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "10", "--index-dir",
                               str(tmp_path / "idx")], env=env, capture_output=True, text=True, check=True)
         assert "queued 30 chunks in 3 tasks" in out.stdout
-        deadline = time.time() + 180
-        while engine.store.count_vectors() < 30:
-            assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
-            assert time.time() < deadline, "the worker did not embed the chunks in time"
-            time.sleep(0.5)
+        _wait_for(lambda: engine.store.count_vectors() >= 30, 180, "the worker did not embed the chunks in time",
+                  worker)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
@@ -68,11 +78,7 @@ def test_celery_worker_embeds_through_the_opensearch_engine(redis_url, opensearc
         out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "8", "--engine", "opensearch",
                               "--index", engine.index], env=env, capture_output=True, text=True, check=True)
         assert "queued 20 chunks in 3 tasks" in out.stdout
-        deadline = time.time() + 180
-        while engine.stats().vectors < 20:
-            assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
-            assert time.time() < deadline, "the worker did not embed the chunks in time"
-            time.sleep(0.5)
+        _wait_for(lambda: engine.stats().vectors >= 20, 180, "the worker did not embed the chunks in time", worker)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
@@ -121,11 +127,8 @@ def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, enco
         assert engine.store.count_vectors() == 0
         for pid in first:
             os.kill(pid, signal.SIGKILL)
-        deadline = time.time() + 240
-        while engine.store.count_vectors() < 30:
-            assert worker.poll() is None, worker.stderr.read() if worker.stderr else ""
-            assert time.time() < deadline, "the job did not complete after the pool process was killed"
-            time.sleep(0.5)
+        _wait_for(lambda: engine.store.count_vectors() >= 30, 240,
+                  "the job did not complete after the pool process was killed", worker)
         assert set(_children(worker.pid)).isdisjoint(first)  # a new pool process did the work
     finally:
         worker.terminate()
@@ -310,14 +313,8 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
     idx.rename(away)  # the index is gone when the workers take the batches
     worker = _worker(env, 1)
     try:
-        deadline = time.time() + 120
-        while True:  # the worker dead-letters all three batches
-            listed = {j["id"]: j for j in json.loads(subprocess.run([EXE, "jobs", "--json"], env=env,
-                                                                    capture_output=True, text=True).stdout)}
-            if listed[job]["status"] != "running" or time.time() > deadline:
-                break
-            time.sleep(0.5)
-        assert listed[job]["status"] == "failed" and listed[job]["failed"] == 3 and listed[job]["done"] == 0
+        st = _wait_job(env, job, 120)  # the worker dead-letters all three batches
+        assert st["status"] == "failed" and st["failed"] == 3 and st["done"] == 0
         again = subprocess.run([EXE, "jobs", "retry", job, "--wait", "-q"], env=env, capture_output=True, text=True)
         assert again.returncode == 1
         assert f"3 batches of job {job} were dead-lettered (first: IndexNotFoundError: no index at" in again.stderr
@@ -379,10 +376,8 @@ def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_p
     first = subprocess.Popen([EXE, "worker", "--concurrency", "1", "--loglevel", "WARNING", "--hostname",
                               f"first-{time.time_ns()}@%h"], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 120
-    while not _journal_ops(idx, "vector"):  # the first batch is in
-        assert time.time() < deadline, "the first worker embedded nothing"
-        time.sleep(0.2)
+    _wait_for(lambda: bool(_journal_ops(idx, "vector")), 120, "the first worker embedded nothing",
+              poll=0.2)  # the first batch is in
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
     done_before = len(_journal_ops(idx, "vector"))
@@ -428,10 +423,7 @@ def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
                               capture_output=True).returncode == 0
         job = _enqueue(env, idx, 30)
         worker = _worker(env, 1)
-        deadline = time.time() + 120
-        while not _journal_ops(idx, "vector"):
-            assert time.time() < deadline, "the worker embedded nothing"
-            time.sleep(0.2)
+        _wait_for(lambda: bool(_journal_ops(idx, "vector")), 120, "the worker embedded nothing", poll=0.2)
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
         time.sleep(2.0)  # the worker notices the broker is gone
