@@ -68,6 +68,7 @@ def _channels(value: str | None) -> list[str]:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
+    from hybridsearch.engines import GraphStore
     from indexer.pipeline import ingest
 
     if not Path(args.path).exists():
@@ -82,17 +83,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         enc = None if args.no_embed or celery else default_encoder()
         summary = ingest(engine, Path(args.path), loader=args.loader, strict=args.strict,
-                         encoder=enc, hdc=not celery, progress=not args.quiet)
-        if celery:  # vectors and codes by the workers: the same functions, in batches
+                         encoder=enc, hdc=not celery, graph=not celery, progress=not args.quiet)
+        if celery:  # vectors, codes and the graph by the workers: the same functions, in batches
             from indexer.pipeline import missing_vector_ids
             from workers.tasks import start
 
             target, index = _worker_target(args)
             started = [] if args.no_embed else [start("embed", target, index, missing_vector_ids(engine), args.chunk)]
             started.append(start("hdc", target, index, [i for i, _ in engine.missing_codes()], args.chunk))
+            started.append(start("graph", target, index, [], args.chunk))
             code, done = _follow_jobs(started, args.quiet)
             engine.stats()  # the owner applies what the workers journaled
             summary.embedded = 0 if args.no_embed else done[0]
+            summary.graph = engine.graph_summary() if isinstance(engine, GraphStore) else None
+            summary.graph_built = summary.graph is not None
     finally:
         engine.close()
     print("\n".join(summary.lines()))
@@ -168,18 +172,20 @@ def _follow_jobs(job_ids: list[str], quiet: bool) -> tuple[int, list[int]]:
     done: list[int] = []
     for job in job_ids:
         st = jobs.state(r, job)
-        bar = tqdm(desc=f"{st.kind} (celery)", total=st.docs, unit="doc", disable=quiet, leave=False)
+        by_batch = st.kind == "graph"  # one batch over the whole index
+        bar = tqdm(desc=f"{st.kind} (celery)", total=st.batches if by_batch else st.docs,
+                   unit="batch" if by_batch else "doc", disable=quiet, leave=False)
 
-        def show(st: jobs.JobState, bar: tqdm = bar) -> None:  # type: ignore[type-arg]
-            bar.n = st.docs_done
+        def show(st: jobs.JobState, bar: tqdm = bar, by_batch: bool = by_batch) -> None:  # type: ignore[type-arg]
+            bar.n = st.done if by_batch else st.docs_done
             bar.set_postfix_str(f"batches {st.done}/{st.batches}, failed {st.failed}", refresh=True)
 
         try:
             st = jobs.follow(r, job, show)
         finally:
             bar.close()
-        print(f"job {job}: {st.kind}, {st.docs_done} of {st.docs} chunks in {st.done} of {st.batches} batches, "
-              f"{st.seconds:.1f}s, {st.status}")
+        what = "" if by_batch else f"{st.docs_done} of {st.docs} chunks in "
+        print(f"job {job}: {st.kind}, {what}{st.done} of {st.batches} batches, {st.seconds:.1f}s, {st.status}")
         if st.failed:
             first = next(iter(jobs.failures(r, job).values()), "")
             print(f"error: {st.failed} batches of job {job} were dead-lettered (first: {first}); after fixing the "
@@ -213,6 +219,29 @@ def cmd_embed(args: argparse.Namespace) -> int:
         print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks (job {job})", flush=True)
         return _follow_jobs([job], args.quiet)[0] if args.wait else 0
     print(f"embedded {n} chunks")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from indexer.pipeline import graph_at, graph_line, open_target
+
+    if args.enqueue:
+        from workers.celery_app import check_broker, redis_url
+        from workers.tasks import start
+
+        check_broker(redis_url())
+        target, index = _worker_target(args)
+        with open_target(target, index):  # the index exists: say so here rather than in a dead letter
+            pass
+        job = start("graph", target, index, [], 1)
+        print(f"queued the citation graph (job {job})", flush=True)
+        return _follow_jobs([job], args.quiet)[0] if args.wait else 0
+    if _engine_name(args) == "opensearch":
+        url, index = _opensearch_target(args)
+        summary, built = graph_at(url, index, force=args.force)
+    else:
+        summary, built = graph_at(str(_index_dir(args)), force=args.force)
+    print(json.dumps({**summary.as_dict(), "built": built}) if args.json else graph_line(summary, built))
     return 0
 
 
@@ -442,6 +471,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "it ends (exit 1 if a batch was dead-lettered)")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=cmd_embed)
+
+    s = sub.add_parser("graph", parents=[common, engine_opts],
+                       help="build the citation graph (neighbour lists, PageRank authority) of an index",
+                       description="Ingest keeps the graph up to date; run this after deletes, or with --force. "
+                       "Example: hybridsearch graph --index-dir idx; hybridsearch graph --enqueue --wait")
+    s.add_argument("--force", action="store_true", help="build even if the stored graph has the same input")
+    s.add_argument("--enqueue", action="store_true", help="build it in a Celery worker (the graph queue)")
+    s.add_argument("--wait", action="store_true", help="with --enqueue: follow the job until it ends")
+    s.add_argument("--json", action="store_true", help="print the graph's summary as JSON")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=cmd_graph)
 
     s = sub.add_parser("jobs", help="Celery backfill jobs and their state (HYBRIDSEARCH_REDIS_URL)",
                        description="Example: hybridsearch jobs --json; hybridsearch jobs retry JOB --wait")

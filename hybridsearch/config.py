@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     worker_job_ttl: int = Field(default=7 * 86_400, ge=60, description="seconds a job's state stays in Redis")
     worker_concurrency: int | None = Field(default=None, ge=1, description="worker processes (default: CPUs)")
     embedding_batch_size: int = Field(default=64, ge=1)
+    # citation graph (indexer/graph.py)
+    graph_damping: float = Field(default=0.85, gt=0.0, lt=1.0, description="PageRank damping factor")
+    graph_cocited_max: int = Field(default=20, ge=0, description="co-cited works kept per work")
     exact_dense_max: int = Field(default=200_000, ge=0)
     torch_threads: int | None = Field(default=None, ge=1)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -12,11 +13,12 @@ from tqdm import tqdm
 
 from hybridsearch import plugins
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines import BinarySearch, Engine, is_url, open_engine
+from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store, hash_text
 from hybridsearch.errors import IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
+from indexer.graph import update_graph
 from indexer.loaders import Loader, LoadReport, detect_loader
 
 BATCH = 1024
@@ -29,10 +31,14 @@ class IngestSummary:
     indexed: int = 0
     embedded: int = 0
     seconds: float = 0.0
+    graph: GraphSummary | None = None
+    graph_built: bool = False
 
     def lines(self) -> list[str]:
         out = [f"loaded {self.loaded}, rejected {len(self.rejected)}, indexed {self.indexed}, "
                f"embedded {self.embedded}, in {self.seconds:.1f}s"]
+        if self.graph is not None:
+            out.append(graph_line(self.graph, self.graph_built))
         out += [f"  rejected: {e}" for e in self.rejected[:20]]
         if len(self.rejected) > 20:
             out.append(f"  ... and {len(self.rejected) - 20} more")
@@ -60,11 +66,18 @@ def load_documents(path: Path, loader: str | None, report: LoadReport, *,
     return impl.load(path, report, strict=strict)
 
 
+def graph_line(g: GraphSummary, built: bool) -> str:
+    return (f"citation graph: {g.works} works, {g.edges} edges ({g.oriented} links oriented by date), "
+            f"{g.missing} cited works not indexed, {g.dangling} dangling; "
+            + (f"built in {g.seconds:.2f}s" if built else "unchanged"))
+
+
 def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: bool = False,
-           encoder: Encoder | None = None, hdc: bool = True, progress: bool = True,
+           encoder: Encoder | None = None, hdc: bool = True, graph: bool = True, progress: bool = True,
            batch_size: int = BATCH) -> IngestSummary:
     """Index a corpus. Each batch is HDC-encoded (and embedded, with an encoder) before it is
-    written, so an acknowledged document is searchable in every channel at once."""
+    written, so an acknowledged document is searchable in every channel at once; then, with
+    `graph`, the citation graph is brought up to date."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
@@ -81,6 +94,8 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
             bar.update(len(batch))
     finally:
         bar.close()
+    if graph and isinstance(engine, GraphStore):
+        summary.graph, summary.graph_built = update_graph(engine)
     summary.loaded, summary.rejected = report.loaded, report.rejected
     summary.seconds = time.perf_counter() - start
     return summary
@@ -127,31 +142,47 @@ def _derive_at(target: str, ids: Sequence[str], index: str | None, what: str,
     """Store what is derived (`what`: "vectors" or "codes") from the chunks `ids` of `target` that
     exist and still lack it, through the engine for a URL or into the journal of a directory;
     returns how many. The target must be an existing hybridsearch index (IndexNotFoundError)."""
-    def pending(holder: Engine | Store) -> list[Document]:
+    with open_target(target, index) as holder:
         found = holder.missing_vectors(ids=ids) if what == "vectors" else holder.missing_codes(ids=ids)
-        return [d for _, d in found]
+        docs = [d for _, d in found]
+        if docs:
+            if isinstance(holder, Store):
+                into_store(holder, docs)
+            else:
+                through_engine(holder, docs)
+    return len(docs)
 
+
+@contextmanager
+def open_target(target: str, index: str | None) -> Iterator[Engine | Store]:
+    """What a worker writes to: the engine of a URL (`index` names the logical index), or the store
+    of an index directory, opened without its derived indexes (the owning process applies what
+    is journaled). The target must be an existing hybridsearch index (IndexNotFoundError)."""
     if is_url(target):
         engine = open_engine(target, **({"index": index} if index else {}))
         try:
             engine.stats()  # the index exists and hybridsearch made it
-            docs = pending(engine)
-            if docs:
-                through_engine(engine, docs)
+            yield engine
         finally:
             engine.close()
-        return len(docs)
+        return
     path = Path(target) / "store.sqlite"
     if not path.is_file():
         raise IndexNotFoundError(f"no index at {target}")
     store = Store(path)
     try:
-        docs = pending(store)
-        if docs:
-            into_store(store, docs)
+        yield store
     finally:
         store.close()
-    return len(docs)
+
+
+def graph_at(target: str, index: str | None = None, *, force: bool = False) -> tuple[GraphSummary, bool]:
+    """Build the citation graph of an index and store it with the index, unless the stored one
+    was built from the same input: what the `graph` worker runs (`indexer.graph.update_graph`)."""
+    with open_target(target, index) as holder:
+        if not isinstance(holder, GraphStore | Store):
+            raise UnsupportedCapabilityError("this engine does not store a citation graph")
+        return update_graph(holder, force=force)
 
 
 def encode_hdc_missing(engine: Engine, *, progress: bool = True) -> int:

@@ -100,5 +100,7 @@ class MultiEngine:
         out: dict[str, Neighbors] = {}
         for q, nb in self._routed("neighbors", ids).items():
             kb = q.partition(SEP)[0]
-            out[q] = Neighbors(tuple(f"{kb}{SEP}{i}" for i in nb.cites), tuple(f"{kb}{SEP}{i}" for i in nb.cited_by))
+            cites, cited_by, cocited = (tuple(f"{kb}{SEP}{i}" for i in ids) for ids in (nb.cites, nb.cited_by,
+                                                                                       nb.cocited))
+            out[q] = Neighbors(cites, cited_by, cocited, nb.pagerank, nb.authority)
         return out

@@ -54,7 +54,8 @@ def make_app(url: str | None = None, settings: Settings | None = None) -> Celery
         task_serializer="json", result_serializer="json", accept_content=["json"],
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
         task_queues=[Queue(q) for q in QUEUES], task_default_queue="embed",
-        task_routes={"hybridsearch.embed": {"queue": "embed"}, "hybridsearch.hdc_encode": {"queue": "hdc"}},
+        task_routes={"hybridsearch.embed": {"queue": "embed"}, "hybridsearch.hdc_encode": {"queue": "hdc"},
+                     "hybridsearch.graph": {"queue": "graph"}},
         broker_transport_options=transport, task_ignore_result=True,
         broker_connection_retry_on_startup=True, result_expires=s.worker_task_expires,
         # a retry sent while Redis restarts waits for it (about 40 s) instead of failing the task

@@ -1,5 +1,5 @@
-"""Backfill jobs: a corpus's embedding or HDC encoding fanned out over Celery batches, with its
-state in Redis so that any process can follow it, list it and retry what failed.
+"""Backfill jobs: a corpus's embedding or HDC encoding fanned out over Celery batches (or its
+citation graph, one batch), with its state in Redis so that any process can follow it, list it and retry what failed.
 
 Keys (`hybridsearch:job:<id>`): a hash with the job's kind, target, index, totals, counters and
 status; `:batches` (batch number -> JSON ids), `:done` (a set of finished batch numbers) and
@@ -24,7 +24,7 @@ import redis
 from hybridsearch.errors import ConfigError, EngineUnavailableError, IndexNotFoundError
 
 PREFIX = "hybridsearch:job:"
-KINDS = ("embed", "hdc")
+KINDS = ("embed", "hdc", "graph")
 
 
 @dataclass

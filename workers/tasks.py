@@ -15,7 +15,7 @@ from kombu.exceptions import OperationalError
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import default_encoder
 from hybridsearch.errors import ConfigError, EngineUnavailableError, ValidationError
-from indexer.pipeline import embed_ids_at, encode_hdc_ids
+from indexer.pipeline import embed_ids_at, encode_hdc_ids, graph_at
 from workers import jobs
 from workers.celery_app import app, redis_url
 
@@ -56,6 +56,14 @@ def hdc_encode(target: str, ids: list[str], index: str | None = None, job: str |
     return _recorded(encode_hdc_ids(target, ids, index=index), len(ids), job, batch)
 
 
+@app.task(name="hybridsearch.graph", base=JobTask, **RETRY)
+def graph(target: str, index: str | None = None, job: str | None = None, batch: int | None = None) -> int:
+    """Build an index's citation graph (neighbour lists and authority) and store it with the
+    index, unless it was built from the same input already; returns the works in the graph."""
+    summary, _ = graph_at(target, index)
+    return _recorded(summary.works, 0, job, batch)
+
+
 def _recorded(n: int, size: int, job: str | None, batch: int | None) -> int:
     """Record the batch as done in its job, inside the task: if Redis cannot be reached the task
     fails and is retried (its work is then already done and costs nothing), so a batch is never
@@ -65,7 +73,7 @@ def _recorded(n: int, size: int, job: str | None, batch: int | None) -> int:
     return n
 
 
-TASKS = {"embed": embed, "hdc": hdc_encode}
+TASKS = {"embed": embed, "hdc": hdc_encode, "graph": graph}
 
 
 def submit(kind: str, target: str, index: str | None, job: str, batches: dict[int, list[str]]) -> None:
@@ -73,7 +81,8 @@ def submit(kind: str, target: str, index: str | None, job: str, batches: dict[in
     expires = get_settings().worker_task_expires
     task = TASKS[kind]
     try:
-        group(task.signature((target, ids, index), {"job": job, "batch": n}, expires=expires)
+        group(task.signature((target, index) if kind == "graph" else (target, ids, index),
+                             {"job": job, "batch": n}, expires=expires)
               for n, ids in batches.items()).apply_async()
     except (OperationalError, redis.RedisError) as e:
         raise EngineUnavailableError(f"could not send the tasks of job {job} to the broker ({e}); "
@@ -81,9 +90,10 @@ def submit(kind: str, target: str, index: str | None, job: str, batches: dict[in
 
 
 def start(kind: str, target: str, index: str | None, ids: list[str], chunk: int) -> str:
-    """Record a job over `ids` in batches of `chunk` and send its tasks; returns the job id."""
+    """Record a job over `ids` in batches of `chunk` and send its tasks; returns the job id. A
+    graph job is one batch over the whole index (PageRank is global), whatever `ids`."""
     r = jobs.client(redis_url())
-    batches = [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
+    batches = [[]] if kind == "graph" else [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
     job = jobs.create(r, kind, target, index, batches, get_settings().worker_job_ttl)
     submit(kind, target, index, job, dict(enumerate(batches)))
     return job

@@ -67,10 +67,53 @@ class TermStats:
 
 @dataclass(frozen=True, slots=True)
 class Neighbors:
-    """One chunk's citation neighbours: what it cites (as its document says) and what cites it."""
+    """A work's place in the citation graph, by work id (every chunk of a work has its work's):
+    what it cites and what cites it, sorted, with a link between dated works of different dates
+    pointing from the newer to the older; the works cited together with it, most shared citers
+    first; its PageRank (the graph's values sum to 1) and its authority, PageRank on a log scale
+    in [0, 1] (0 at or below the average work, 1 from the 99th percentile up). All empty, and
+    authority None, until the graph is built (`indexer.graph.update_graph`)."""
 
     cites: tuple[str, ...] = ()
     cited_by: tuple[str, ...] = ()
+    cocited: tuple[str, ...] = ()
+    pagerank: float | None = None
+    authority: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkLinks:
+    """What the graph is built from, per work: the union of its chunks' `cites`, and its date as
+    year*100+month (None when undated)."""
+
+    work_id: str
+    ym: int | None
+    cites: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphSummary:
+    """A built citation graph: works indexed, distinct citation edges (after orientation), links
+    oriented by date, missing targets (cited but not indexed: kept as dangling nodes), dangling
+    nodes (no outgoing edge, missing targets included), the PageRank total, and the hash of the
+    inputs it was built from (a build with the same hash has nothing to do)."""
+
+    hash: str
+    works: int
+    edges: int
+    oriented: int
+    missing: int
+    dangling: int
+    pagerank_sum: float
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any] | None) -> GraphSummary | None:
+        """The summary stored as index metadata (None when no graph was built)."""
+        return None if not value else cls(**{f: value[f] for f in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +222,21 @@ class BinarySearch(Protocol):
 @runtime_checkable
 class GraphStore(Protocol):
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        """Citation neighbours of chosen chunks (absent chunks have no entry)."""
+        """The citation graph as built for the works of chosen chunks (absent chunks have no
+        entry; a chunk whose work the last build did not see has empty Neighbors)."""
+        ...
+
+    def citation_links(self) -> list[WorkLinks]:
+        """Every work's citations and date, in work id order: the graph's input."""
+        ...
+
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
+        """Store a built graph, replacing the previous one; `summary` is stored last (as index
+        metadata `graph`), so a build cut short leaves the old summary and is redone."""
+        ...
+
+    def graph_summary(self) -> GraphSummary | None:
+        """The summary of the graph last stored (None before the first build)."""
         ...
 
 

@@ -16,6 +16,7 @@ from hybridsearch.engines import (
     LexicalSearch,
     Neighbors,
     VectorSearch,
+    WorkLinks,
 )
 from hybridsearch.errors import QueryError, ValidationError
 from hybridsearch.hdc import HdcEncoder
@@ -216,12 +217,37 @@ def test_vectors_and_codes_follow_the_text(engine) -> None:
     assert [i for i, _ in engine.missing_codes()] == ["c"] and engine.stats().codes == 2
 
 
-def test_neighbors(engine) -> None:
+def test_citation_graph(engine) -> None:
+    """Built by indexer.graph from the stored `cites`, stored with the index and served per chunk;
+    the same input again builds nothing, a change rebuilds, and a rewritten chunk keeps its work's."""
+    from indexer.graph import update_graph
+
+    assert engine.neighbors(["a", "missing"]) == {"a": Neighbors()} and engine.graph_summary() is None
+    assert engine.citation_links() == [WorkLinks("a", 192304, ("b",)), WorkLinks("b", 189500, ()),
+                                       WorkLinks("c", 194300, ("b", "not-indexed"))]
+    summary, built = update_graph(engine)
+    # edges a->b, c->b, c->not-indexed; b and the missing target cite nothing
+    assert built and (summary.works, summary.edges, summary.missing, summary.dangling) == (3, 3, 1, 2)
+    assert engine.graph_summary() == summary and engine.stats().details["graph"] == summary.as_dict()
     nb = engine.neighbors(["a", "b", "c", "missing"])
-    assert nb == {"a": Neighbors(("b",), ()), "b": Neighbors((), ("a", "c")),
-                  "c": Neighbors(("b", "not-indexed"), ())}
+    assert set(nb) == {"a", "b", "c"}
+    assert nb["b"].cited_by == ("a", "c") and nb["c"].cites == ("b", "not-indexed") and nb["a"].cites == ("b",)
+    assert nb["b"].authority == 1.0 and nb["a"].authority == 0.0
+    assert nb["b"].pagerank > nb["a"].pagerank > 0
+    assert update_graph(engine) == (summary, False)
+
+    engine.write([Document(id="d", title="Tychonoff theorem", text="Products of compact spaces are compact.",
+                           year=1950, cites=["a", "b"])])
+    engine.write([DOCS[1]])  # rewritten unchanged: keeps its work's graph until the next build
+    assert engine.neighbors(["b"])["b"].cited_by == ("a", "c")
+    summary, built = update_graph(engine)
+    assert built and summary.works == 4 and summary.edges == 5
+    nb = engine.neighbors(["a", "b", "d"])
+    assert nb["a"].cocited == ("b",) and nb["b"].cocited == ("a",) and nb["d"].cocited == ()
+    assert nb["b"].cited_by == ("a", "c", "d")
     engine.delete(["a"])
-    assert engine.neighbors(["b"])["b"].cited_by == ("c",)
+    update_graph(engine)
+    assert engine.neighbors(["b"])["b"].cited_by == ("c", "d") and engine.neighbors(["b"])["b"].cocited == ()
 
 
 def test_bad_input_is_rejected_and_nothing_is_stored(engine) -> None:

@@ -163,7 +163,7 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
     not an index is refused, never created."""
     from hybridsearch.engines.embedded.store import Store, hash_text
     from hybridsearch.errors import IndexNotFoundError
-    from indexer.pipeline import embed_ids_at, encode_hdc_ids
+    from indexer.pipeline import embed_ids_at, encode_hdc_ids, graph_at
 
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:12]
     ids = [d.id for d in docs]
@@ -187,8 +187,12 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
                              only_missing=True) == 0
     store.close()
     assert embed_ids_at(target, encoder, ids) == 1  # the new text is embedded once
+    summary, built = graph_at(target)
+    assert built and summary.works == 12 and graph_at(target) == (summary, False)
     with pytest.raises(IndexNotFoundError):
         embed_ids_at(str(tmp_path / "nothing"), encoder, ids)
+    with pytest.raises(IndexNotFoundError):
+        graph_at(str(tmp_path / "nothing"))
     assert not (tmp_path / "nothing").exists()
 
 
@@ -196,7 +200,7 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
 @pytest.mark.opensearch
 def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(opensearch_index, encoder) -> None:
     from hybridsearch.errors import HybridSearchError, IndexNotFoundError
-    from indexer.pipeline import embed_ids_at, encode_hdc_ids
+    from indexer.pipeline import embed_ids_at, encode_hdc_ids, graph_at
 
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:12]
     ids = [d.id for d in docs]
@@ -206,12 +210,17 @@ def test_derived_work_is_done_once_and_only_on_hybridsearch_indexes(opensearch_i
     assert embed_ids_at(url, encoder, ids, index=osx.index) == 12
     assert embed_ids_at(url, encoder, ids, index=osx.index) == 0
     assert osx.stats().vectors == 12
+    summary, built = graph_at(url, osx.index)
+    assert built and summary.works == 12 and graph_at(url, osx.index) == (summary, False)
+    assert osx.neighbors(ids[:1])[ids[0]].authority is not None
     with pytest.raises(IndexNotFoundError):
         encode_hdc_ids(url, ids, index="no-such-index")
     osx.client.indices.create(index="not-ours-idx", body={"aliases": {"not-ours": {}}})
     try:
         with pytest.raises(HybridSearchError, match="was not made by hybridsearch"):
             embed_ids_at(url, encoder, ids, index="not-ours")
+        with pytest.raises(HybridSearchError, match="was not made by hybridsearch"):
+            graph_at(url, "not-ours")
     finally:
         osx.client.indices.delete(index="not-ours-idx")
 
@@ -265,8 +274,9 @@ def _stop(worker: subprocess.Popen[str]) -> None:
 @pytest.mark.integration
 @pytest.mark.redis
 def test_ingest_with_celery_equals_inline(redis_url, tmp_path) -> None:
-    """`ingest --executor celery` with two worker processes: every chunk gets its vector and codes
-    and the hybrid top-10 equals the inline executor's, scores within 1e-5."""
+    """`ingest --executor celery` with two worker processes: every chunk gets its vector, its codes
+    and its neighbour lists (those of the inline executor), and the hybrid top-10 equals the inline
+    executor's, scores within 1e-5."""
     from query_service.searcher import Searcher
 
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
@@ -281,9 +291,14 @@ def test_ingest_with_celery_equals_inline(redis_url, tmp_path) -> None:
         _stop(worker)
     assert out.returncode == 0, out.stderr
     assert "loaded 242, rejected 0, indexed 242, embedded 242" in out.stdout
-    assert out.stdout.count(", done") == 2 and "242 of 242 chunks in 5 of 5 batches" in out.stdout
+    assert out.stdout.count(", done") == 3 and "242 of 242 chunks in 5 of 5 batches" in out.stdout
+    assert "graph, 1 of 1 batches" in out.stdout and "citation graph: 242 works" in out.stdout
     a, b = EmbeddedEngine(tmp_path / "inline"), EmbeddedEngine(tmp_path / "celery")
     assert (b.stats().vectors, b.stats().codes) == (242, 242)
+    ids = [i for i in a.store.id_map().values()]
+    na, nb = a.neighbors(ids), b.neighbors(ids)
+    assert na == nb and len(nb) == 242 and all(n.authority is not None for n in nb.values())
+    assert sum(len(n.cited_by) for n in nb.values()) > 100 and any(n.cocited for n in nb.values())
     sa, sb = Searcher(a), Searcher(b)
     for q in ("Brouwer fixed point theorem", "compact Hausdorff spaces", "prime number theorem proof",
               "Gödel incompleteness", "eigenvalues of symmetric matrices"):
@@ -293,7 +308,7 @@ def test_ingest_with_celery_equals_inline(redis_url, tmp_path) -> None:
     sa.close(), sb.close(), a.close(), b.close()
     listed = subprocess.run([EXE, "jobs", "--json"], env=env, capture_output=True, text=True)
     mine = [j for j in json.loads(listed.stdout) if j["target"] == str((tmp_path / "celery").resolve())]
-    assert sorted(j["kind"] for j in mine) == ["embed", "hdc"] and all(j["status"] == "done" for j in mine)
+    assert sorted(j["kind"] for j in mine) == ["embed", "graph", "hdc"] and all(j["status"] == "done" for j in mine)
 
 
 @pytest.mark.integration

@@ -18,13 +18,14 @@ def test_queues_delivery_and_visibility_come_from_settings(monkeypatch) -> None:
     assert conf.broker_transport_options["visibility_timeout"] == 7200
     assert conf.result_expires == 600
     assert conf.task_routes["hybridsearch.hdc_encode"] == {"queue": "hdc"}
+    assert conf.task_routes["hybridsearch.graph"] == {"queue": "graph"}
 
 
 def test_tasks_retry_transient_errors_only() -> None:
     from hybridsearch.config import Settings
-    from workers.tasks import embed, hdc_encode
+    from workers.tasks import embed, graph, hdc_encode
 
-    for task in (embed, hdc_encode):
+    for task in (embed, hdc_encode, graph):
         assert EngineUnavailableError in task.autoretry_for and ConnectionError in task.autoretry_for
         assert set(task.dont_autoretry_for) == {ValidationError, ConfigError}
         assert task.retry_backoff and task.retry_jitter and task.max_retries == Settings().worker_max_retries

@@ -19,9 +19,11 @@ from hybridsearch.engines import (
     Bm25Options,
     Codes,
     EngineStats,
+    GraphSummary,
     Neighbors,
     TermStat,
     TermStats,
+    WorkLinks,
     check_codes,
     check_query_code,
     check_query_vector,
@@ -289,11 +291,16 @@ class EmbeddedEngine:
         return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
 
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        """What each chunk cites (its document's `cites`) and which chunks cite it."""
-        self.refresh()
-        docs = self.store.docs_by_id(list(ids))
-        citing = self.store.citing(list(docs))
-        return {i: Neighbors(tuple(d.cites), tuple(citing.get(i, ()))) for i, d in docs.items()}
+        return self.store.neighbors(ids)
+
+    def citation_links(self) -> list[WorkLinks]:
+        return self.store.citation_links()
+
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
+        self.store.set_graph(works, summary)
+
+    def graph_summary(self) -> GraphSummary | None:
+        return self.store.graph_summary()
 
     def get_meta(self, key: str) -> Any:
         raw = self.store.get_meta(key)
@@ -327,6 +334,7 @@ class EmbeddedEngine:
             "hdc_indexed": {f: len(self._hdc_index(f)) for f in HDC_FIELDS},
             "bm25_fields": sorted(self.bm25_index.fields_present),
             "model": self.model,
+            "graph": None if (g := self.store.graph_summary()) is None else g.as_dict(),
         })
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks
 from hybridsearch.errors import EngineError, ValidationError
 from hybridsearch.models import Document, Filters
 
@@ -41,6 +42,8 @@ CREATE TABLE IF NOT EXISTS hdc(label INTEGER PRIMARY KEY, topic BLOB, claim BLOB
 CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
     id TEXT NOT NULL, label INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS graph(work_id TEXT PRIMARY KEY, cites TEXT NOT NULL, cited_by TEXT NOT NULL,
+    cocited TEXT NOT NULL, pagerank REAL NOT NULL, authority REAL NOT NULL);
 """
 
 
@@ -216,14 +219,34 @@ class Store:
         sql = f"SELECT label, {field} FROM hdc WHERE label IN ({{marks}}) AND {field} IS NOT NULL"
         return {label: np.frombuffer(blob, dtype=np.uint8) for label, blob in self._rows_in(sql, labels)}
 
-    def citing(self, ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each id, the ids of the chunks whose `cites` name it, sorted."""
-        out: dict[str, list[str]] = {}
-        sql = ("SELECT cc.target, c.id FROM chunk_cites cc JOIN chunks c ON c.label = cc.label"
-               " WHERE cc.target IN ({marks}) ORDER BY c.id")
-        for target, src in self._rows_in(sql, ids):
-            out.setdefault(target, []).append(src)
-        return out
+    # -- citation graph (built by indexer.graph; read directly, so nothing to apply) -------------
+    def citation_links(self) -> list[WorkLinks]:
+        cites: dict[str, list[str]] = {}
+        for work, target in self.conn.execute("SELECT DISTINCT c.work_id, cc.target FROM chunk_cites cc"
+                                              " JOIN chunks c ON c.label = cc.label ORDER BY 1, 2"):
+            cites.setdefault(work, []).append(target)
+        return [WorkLinks(w, ym, tuple(cites.get(w, ()))) for w, ym in
+                self.conn.execute("SELECT work_id, min(ym) FROM chunks GROUP BY work_id ORDER BY work_id")]
+
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
+        """Replace the graph and its summary in one transaction."""
+        rows = [(w, json.dumps(nb.cites), json.dumps(nb.cited_by), json.dumps(nb.cocited), nb.pagerank or 0.0,
+                 nb.authority or 0.0) for w, nb in works.items()]
+        with self._transaction() as c:
+            c.execute("DELETE FROM graph")
+            c.executemany("INSERT INTO graph VALUES (?,?,?,?,?,?)", rows)
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('graph', ?)", (json.dumps(summary.as_dict()),))
+
+    def graph_summary(self) -> GraphSummary | None:
+        raw = self.get_meta("graph")
+        return None if raw is None else GraphSummary.of(json.loads(raw))
+
+    def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
+        sql = ("SELECT c.id, g.cites, g.cited_by, g.cocited, g.pagerank, g.authority FROM chunks c"
+               " LEFT JOIN graph g ON g.work_id = c.work_id WHERE c.id IN ({marks})")
+        return {i: Neighbors() if cites is None else
+                Neighbors(tuple(json.loads(cites)), tuple(json.loads(by)), tuple(json.loads(co)), pr, auth)
+                for i, cites, by, co, pr, auth in self._rows_in(sql, list(dict.fromkeys(ids)))}
 
     def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
         return self._missing("hdc", None, ids)

@@ -29,9 +29,11 @@ from hybridsearch.engines import (
     Bm25Options,
     Codes,
     EngineStats,
+    GraphSummary,
     Neighbors,
     TermStat,
     TermStats,
+    WorkLinks,
     check_codes,
     check_query_code,
     check_query_vector,
@@ -245,18 +247,21 @@ class OpenSearchEngine:
         code_sets = check_codes(codes, len(docs)) if codes is not None else None
         self.ensure_index()
         hashes = [str(hash_text(d.dense_text)) for d in docs]
-        kept: dict[str, list[float]] = {}
-        if vecs is None:
-            old = self._sources([d.id for d in docs], ["dense_hash", "dense"])
-            kept = {d.id: old[d.id]["dense"] for d, h in zip(docs, hashes, strict=True)
-                    if d.id in old and old[d.id].get("dense_hash") == h and old[d.id].get("dense") is not None}
+        # kept from the stored chunk: its citation graph (until the next build), and without new
+        # vectors its vector while the dense text is unchanged
+        old = self._sources([d.id for d in docs], ["graph"] if vecs is not None else ["graph", "dense_hash", "dense"])
+        kept: dict[str, dict[str, Any]] = {}
+        for d, h in zip(docs, hashes, strict=True):
+            o = old.get(d.id, {})
+            kept[d.id] = {k: o[k] for k in ("graph",) if o.get(k)}
+            if vecs is None and o.get("dense_hash") == h and o.get("dense") is not None:
+                kept[d.id]["dense"] = o["dense"]
 
         def actions() -> Iterator[dict[str, Any]]:  # built while earlier chunks are being indexed
             for i, (d, h) in enumerate(zip(docs, hashes, strict=True)):
                 src = Q.to_source(d, document_tokens(self.analyzer, d), h, None if vecs is None else vecs[i],
                                   None if code_sets is None else code_sets[i])
-                if d.id in kept:
-                    src["dense"] = kept[d.id]
+                src.update(kept[d.id])
                 yield {"_op_type": "index", "_index": self.write_alias, "_id": d.id, "_source": src}
 
         self._bulk(actions())
@@ -476,7 +481,8 @@ class OpenSearchEngine:
                                "engine": "opensearch", "url": self.url, "index": self.index, "concrete_index": index,
                                "write_alias": self.write_alias, "knn_engine": self.knn_engine,
                                "space_type": self.space_type, "store_bytes": st["store"]["size_in_bytes"],
-                               "lucene_docs": st["docs"]["count"]})
+                               "lucene_docs": st["docs"]["count"],
+                               "graph": None if (g := self.graph_summary()) is None else g.as_dict()})
 
     # -- lexical --------------------------------------------------------------------------------
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
@@ -604,19 +610,39 @@ class OpenSearchEngine:
                              "rebuild it to change that")
         return self._hdc_encoder
 
-    # -- citations ------------------------------------------------------------------------------
+    # -- citation graph -------------------------------------------------------------------------
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        """What each chunk cites (mget) and which chunks cite it (a terms query on `cites`)."""
-        src = self._sources(ids, ["cites"])
-        citing: dict[str, list[str]] = {}
-        targets = list(src)
-        for i in range(0, len(targets), _PAGE):
-            chunk = set(targets[i:i + _PAGE])
-            for id_, s in self._scan({"terms": {"cites": sorted(chunk)}}, ["cites"]):
-                for t in s.get("cites", []):
-                    if t in chunk:
-                        citing.setdefault(t, []).append(id_)
-        return {i: Neighbors(tuple(s.get("cites", [])), tuple(sorted(citing.get(i, [])))) for i, s in src.items()}
+        """The graph as stored on each chunk (`graph`, written by `set_graph`)."""
+        out: dict[str, Neighbors] = {}
+        for i, s in self._sources(ids, ["graph"]).items():
+            g = s.get("graph")
+            out[i] = Neighbors() if not g else Neighbors(
+                tuple(g.get("cites", [])), tuple(g.get("cited_by", [])), tuple(g.get("cocited", [])),
+                g.get("pagerank"), g.get("authority"))
+        return out
+
+    def citation_links(self) -> list[WorkLinks]:
+        works: dict[str, tuple[int | None, set[str]]] = {}
+        for _, s in self._scan({"match_all": {}}, ["work_id", "ym", "cites"]):
+            ym, cites = works.setdefault(s["work_id"], (s.get("ym"), set()))
+            cites.update(s.get("cites", []))
+            if s.get("ym") is not None and (ym is None or s["ym"] < ym):
+                works[s["work_id"]] = (s["ym"], cites)
+        return [WorkLinks(w, ym, tuple(sorted(c))) for w, (ym, c) in sorted(works.items())]
+
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
+        """Write each chunk's `graph` (a partial update of every chunk), then the summary."""
+        self.ensure_index()
+        graph = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]["graph"]
+        with self._errors("write mapping"):  # indices made before the field existed get it here
+            self.client.indices.put_mapping(index=self.write_alias, body={"properties": {"graph": graph}})
+        chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
+        empty = Neighbors()
+        self._update([i for i, _ in chunks], [_graph_source(works.get(w, empty)) for _, w in chunks])
+        self.set_meta("graph", summary.as_dict())
+
+    def graph_summary(self) -> GraphSummary | None:
+        return GraphSummary.of(self.get_meta("graph"))
 
     def close(self) -> None:
         self.client.close()
@@ -658,3 +684,7 @@ def _item_reason(info: dict[str, Any]) -> str:
     cause = err.get("caused_by")
     return f"{err.get('type')}: {err.get('reason')}" + (f" ({cause.get('reason')})" if isinstance(cause, dict) else "")
 
+
+def _graph_source(nb: Neighbors) -> dict[str, Any]:
+    return {"graph": {"cites": list(nb.cites), "cited_by": list(nb.cited_by), "cocited": list(nb.cocited),
+                      "pagerank": nb.pagerank or 0.0, "authority": nb.authority or 0.0}}

@@ -23,7 +23,7 @@ KnnEngine = Literal["lucene", "faiss"]
 # the k-NN docs recommend inner product on Faiss for vectors that are already normalised
 SPACE_TYPE: dict[str, str] = {"lucene": "cosinesimil", "faiss": "innerproduct"}
 EXCLUDE_SOURCE = ["dense", "hdc_*", "bm25", "bm25_len", "keys", "ym", "published", "dense_hash",
-                  "hdc_encoded", "cited_by", "authority"]
+                  "hdc_encoded", "graph"]
 DOC_FIELDS = tuple(Document.model_fields)
 # Ranked hits carry only their id, read from doc values: fetching `_id` would decompress each hit's
 # stored-fields block, which holds the large `_source` (vectors and codes), about 0.1 ms a hit.

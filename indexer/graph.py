@@ -1,0 +1,176 @@
+"""The citation graph: neighbour lists and authority, built from every work's `cites` (which holds
+the `links.tsv` pairs too, when the BEIR loader read them). The same functions run inline after an
+ingest and as the workers' `graph` job.
+
+- Nodes are works. A cited id that names a chunk stands for its work; one that names nothing
+  indexed is kept as a missing node (it cites nothing we know, so it is dangling) and counted,
+  never dropped. Self-citations are dropped.
+- Edges point from citing to cited. A pair citing each other (what an undirected `links.tsv` pair
+  becomes) between dated works of different dates keeps only newer -> older; otherwise both stay.
+- Co-citation: the works cited together with a work by the same citing work, most such citers
+  first, at most `graph_cocited_max` (missing nodes are not listed: they cannot be retrieved).
+- PageRank: damping `graph_damping` (0.85), uniform teleport, the rank of dangling nodes spread
+  over all nodes, power iteration until the L1 change is below 1e-12; the values sum to 1.
+- Authority: ln(N*pr) / ln(N*p99), clipped to [0, 1], where N*pr is a work's rank relative to the
+  average node and p99 the 99th percentile of the indexed works' PageRank: 0 at or below the
+  average, 1 from the 99th percentile up, so a few much-cited works cannot outweigh the rest
+  (the RFC's "cap authority").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+from scipy import sparse
+
+from hybridsearch.config import get_settings
+from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks
+
+TOLERANCE = 1e-12
+MAX_ROUNDS = 1000
+CAP_QUANTILE = 0.99
+
+
+class GraphHolder(Protocol):
+    """Where a graph is read from and stored: an engine, or an embedded index's store."""
+
+    def citation_links(self) -> list[WorkLinks]: ...
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None: ...
+    def graph_summary(self) -> GraphSummary | None: ...
+
+
+def pagerank(n: int, src: np.ndarray, dst: np.ndarray, damping: float = 0.85) -> np.ndarray:
+    """PageRank of n nodes over the edges src[i] -> dst[i] (duplicates count once): uniform
+    teleport, dangling nodes' rank spread uniformly; sums to 1."""
+    if n == 0:
+        return np.zeros(0)
+    a = sparse.coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
+    a.data[:] = 1.0  # duplicate edges were summed
+    out = np.asarray(a.sum(axis=1)).ravel()
+    dangling = out == 0
+    transition = sparse.diags(np.divide(1.0, out, out=np.zeros(n), where=~dangling)) @ a
+    pr = np.full(n, 1.0 / n)
+    for _ in range(MAX_ROUNDS):
+        nxt = damping * (transition.T @ pr) + (damping * pr[dangling].sum() + 1.0 - damping) / n
+        nxt /= nxt.sum()
+        change = np.abs(nxt - pr).sum()
+        pr = nxt
+        if change < TOLERANCE:
+            break
+    return pr
+
+
+def authority(pr: np.ndarray, indexed: np.ndarray) -> np.ndarray:
+    """PageRank on a log scale relative to the average node, capped: see the module docstring."""
+    n = len(pr)
+    if n == 0 or not indexed.any():
+        return np.zeros(n)
+    cap = np.log(n * np.quantile(pr[indexed], CAP_QUANTILE))
+    if cap <= 1e-9:  # no work stands out (no citations, or all alike)
+        return np.zeros(n)
+    return np.clip(np.log(np.maximum(n * pr, 1e-300)) / cap, 0.0, 1.0)
+
+
+def links_hash(links: Sequence[WorkLinks], damping: float, cocited_max: int) -> str:
+    """What a build depends on: every work's links and date, and the parameters."""
+    h = hashlib.sha256(json.dumps({"damping": damping, "cocited_max": cocited_max, "cap": CAP_QUANTILE}).encode())
+    for w in links:
+        h.update(json.dumps([w.work_id, w.ym, sorted(w.cites)]).encode())
+    return h.hexdigest()[:32]
+
+
+def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_max: int | None = None
+          ) -> tuple[dict[str, Neighbors], GraphSummary]:
+    """The graph of `links`: every indexed work's Neighbors, and the summary."""
+    start = time.perf_counter()
+    s = get_settings()
+    damping = s.graph_damping if damping is None else damping
+    cocited_max = s.graph_cocited_max if cocited_max is None else cocited_max
+    works = sorted({w.work_id for w in links})
+    node = {w: i for i, w in enumerate(works)}
+    ym = {w.work_id: w.ym for w in links}
+    pairs: set[tuple[int, int]] = set()
+    names = list(works)
+    for w in links:
+        a = node[w.work_id]
+        for target in w.cites:
+            t = _resolve(target, node)
+            if t is None:
+                node[target] = t = len(names)
+                names.append(target)
+            if t != a:
+                pairs.add((a, t))
+    oriented = 0
+    for a, b in list(pairs):
+        if a < b and (b, a) in pairs:
+            ya, yb = ym.get(names[a]), ym.get(names[b])
+            if ya is not None and yb is not None and ya != yb:
+                pairs.discard((a, b) if ya < yb else (b, a))  # the older one cannot cite the newer
+                oriented += 1
+    n, n_works = len(names), len(works)
+    edges = np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
+    src, dst = edges[:, 0], edges[:, 1]
+    pr = pagerank(n, src, dst, damping)
+    indexed = np.arange(n) < n_works
+    auth = authority(pr, indexed)
+    cites: list[list[str]] = [[] for _ in range(n)]
+    cited_by: list[list[str]] = [[] for _ in range(n)]
+    for a, b in zip(src.tolist(), dst.tolist(), strict=True):
+        cites[a].append(names[b])
+        cited_by[b].append(names[a])
+    cocited = _cocitation(n, src, dst, n_works, cocited_max)
+    out = {names[i]: Neighbors(tuple(sorted(cites[i])), tuple(sorted(cited_by[i])),
+                               tuple(names[j] for j in cocited.get(i, ())), float(pr[i]), float(auth[i]))
+           for i in range(n_works)}
+    has_out = np.zeros(n, dtype=bool)
+    has_out[src] = True
+    summary = GraphSummary(hash=links_hash(links, damping, cocited_max), works=n_works, edges=len(pairs),
+                           oriented=oriented, missing=n - n_works, dangling=int((~has_out).sum()),
+                           pagerank_sum=float(pr.sum()), seconds=round(time.perf_counter() - start, 3))
+    return out, summary
+
+
+def _resolve(target: str, node: Mapping[str, int]) -> int | None:
+    """The node a cited id names: a work, or the work of a chunk id `work#n`."""
+    if target in node:
+        return node[target]
+    work, sep, _ = target.rpartition("#")
+    return node.get(work) if sep else None
+
+
+def _cocitation(n: int, src: np.ndarray, dst: np.ndarray, n_works: int, limit: int) -> dict[int, list[int]]:
+    """For each indexed work, the indexed works most often cited together with it (ties by id order)."""
+    if limit <= 0 or len(src) == 0:
+        return {}
+    a = sparse.csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+    a = a[:, :n_works]
+    co = (a.T @ a).tocsr()
+    co.setdiag(0)
+    co.eliminate_zeros()
+    out: dict[int, list[int]] = {}
+    for i in range(n_works):
+        lo, hi = co.indptr[i], co.indptr[i + 1]
+        if lo == hi:
+            continue
+        cols, counts = co.indices[lo:hi], co.data[lo:hi]
+        order = np.lexsort((cols, -counts))[:limit]
+        out[i] = cols[order].tolist()
+    return out
+
+
+def update_graph(holder: GraphHolder, *, force: bool = False) -> tuple[GraphSummary, bool]:
+    """Build and store the graph unless the stored one was built from the same input; returns the
+    graph's summary and whether it was built now."""
+    s = get_settings()
+    links = holder.citation_links()
+    old = holder.graph_summary()
+    if not force and old is not None and old.hash == links_hash(links, s.graph_damping, s.graph_cocited_max):
+        return old, False
+    works, summary = build(links)
+    holder.set_graph(works, summary)
+    return summary, True

@@ -1,0 +1,94 @@
+"""The citation graph's plain functions: PageRank against known values and networkx, orientation
+by date, missing targets, co-citation, the authority cap and the input hash."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from hybridsearch.engines import WorkLinks
+from indexer.graph import authority, build, links_hash, pagerank
+
+
+def ranks(edges: list[tuple[int, int]], n: int, damping: float = 0.85) -> np.ndarray:
+    arr = np.array(edges, dtype=np.int64).reshape(-1, 2)
+    return pagerank(n, arr[:, 0], arr[:, 1], damping)
+
+
+def test_pagerank_known_values() -> None:
+    # A->B, A->C, B->C, C->A: the solution of PR = 0.05 + 0.85 * (in-links' PR / out-degree)
+    pr = ranks([(0, 1), (0, 2), (1, 2), (2, 0)], 3)
+    assert pr == pytest.approx([0.387789, 0.214811, 0.397400], abs=1e-6)
+    assert ranks([(0, 1), (1, 2), (2, 0)], 3) == pytest.approx([1 / 3] * 3, abs=1e-12)
+    # a dangling node spreads its rank over all: A->B, B cites nothing
+    a = ranks([(0, 1)], 2)
+    assert a.sum() == pytest.approx(1.0, abs=1e-12)
+    assert a[0] == pytest.approx(0.075 + 0.425 * a[1], abs=1e-12)
+    assert a[1] == pytest.approx(0.075 + 0.85 * a[0] + 0.425 * a[1], abs=1e-12)
+
+
+def test_pagerank_matches_networkx_with_dangling_nodes_and_duplicates() -> None:
+    rng = np.random.default_rng(7)
+    n = 60
+    edges = [(int(a), int(b)) for a, b in rng.integers(0, n, size=(240, 2)) if a != b and a < 45]  # 45.. dangle
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(edges)
+    expected = nx.pagerank(g, alpha=0.85, tol=1e-14, max_iter=10_000)
+    pr = ranks(edges + edges[:10], n)  # duplicate edges count once
+    assert pr == pytest.approx([expected[i] for i in range(n)], abs=1e-9)
+    assert pr.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_links_oriented_by_date_and_missing_targets_kept() -> None:
+    links = [
+        WorkLinks("new", 197001, ("old", "same", "undated", "gone", "new")),  # a self-citation is dropped
+        WorkLinks("old", 196001, ("new",)),       # a links.tsv pair: becomes new -> old only
+        WorkLinks("same", 197001, ("new",)),      # same date: both directions stay
+        WorkLinks("undated", None, ("new",)),     # no date: both stay
+        WorkLinks("chunked", 198001, ("old#2",)),  # a chunk id stands for its work
+    ]
+    works, s = build(links)
+    assert (s.works, s.missing, s.oriented) == (5, 1, 1)
+    assert works["new"].cites == ("gone", "old", "same", "undated") and works["old"].cites == ()
+    assert works["old"].cited_by == ("chunked", "new") and works["same"].cites == ("new",)
+    assert works["new"].cited_by == ("same", "undated")
+    # edges: new->4, same->new, undated->new, chunked->old; dangling: old and the missing "gone"
+    assert (s.edges, s.dangling) == (7, 2)
+    assert s.pagerank_sum == pytest.approx(1.0, abs=1e-9)
+    assert sum(w.pagerank or 0 for w in works.values()) < 1.0  # the missing node holds the rest
+
+
+def test_cocitation_counts_and_limit() -> None:
+    links = [WorkLinks("x", None, ("a", "b", "c", "gone")), WorkLinks("y", None, ("a", "b")),
+             WorkLinks("z", None, ("a", "c")), WorkLinks("a", None, ()), WorkLinks("b", None, ()),
+             WorkLinks("c", None, ())]
+    works, _ = build(links)
+    assert works["a"].cocited == ("b", "c")  # b twice (x, y), c twice (x, z): ties by id
+    assert works["b"].cocited == ("a", "c") and works["x"].cocited == ()
+    assert build(links, cocited_max=1)[0]["c"].cocited == ("a",)
+    assert build(links, cocited_max=0)[0]["a"].cocited == ()
+
+
+def test_authority_is_capped_and_log_scaled() -> None:
+    pr = np.array([0.001] * 90 + [0.02] * 9 + [0.3])
+    pr = pr / pr.sum()
+    a = authority(pr, np.ones(len(pr), dtype=bool))
+    assert a.min() == 0.0 and a.max() == 1.0 and np.all((a >= 0) & (a <= 1))
+    assert a[-1] == 1.0 and 0 < a[95] < 1  # the most-cited work is capped, not dominant
+    assert np.all(np.diff(a[np.argsort(pr)]) >= 0)  # monotone in PageRank
+    # no work stands out (no citations): nobody has authority
+    assert authority(np.full(5, 0.2), np.ones(5, dtype=bool)).tolist() == [0.0] * 5
+    works, s = build([WorkLinks("p", None, ()), WorkLinks("q", None, ())])
+    assert (s.edges, s.dangling) == (0, 2) and works["p"].authority == 0.0 and works["p"].pagerank == 0.5
+
+
+def test_links_hash_covers_input_and_parameters() -> None:
+    base = [WorkLinks("a", 190001, ("b", "c")), WorkLinks("b", None, ())]
+    h = links_hash(base, 0.85, 20)
+    assert links_hash([WorkLinks("a", 190001, ("c", "b")), WorkLinks("b", None, ())], 0.85, 20) == h
+    assert links_hash([WorkLinks("a", 190002, ("b", "c")), WorkLinks("b", None, ())], 0.85, 20) != h
+    assert links_hash(base[:1], 0.85, 20) != h
+    assert links_hash(base, 0.9, 20) != h and links_hash(base, 0.85, 5) != h
+    assert build([])[1].works == 0
