@@ -1,7 +1,7 @@
 """Full ingest of a BEIR dataset with embeddings and HDC codes: the inline executor against the
 Celery executor with N worker processes; prints a table.
 
-    python bench/celery_ingest.py DATASET [--workers 2] [--hdc-docs 100000]
+    python bench/celery_ingest.py DATASET [--workers 2] [--hdc-docs 100000] [--skip-ingest]
 
 Both runs are whole `hybridsearch ingest` commands into fresh index directories, timed from start
 to the last vector applied, model loading included (inline loads it once; each worker process
@@ -9,7 +9,12 @@ loads it on its first task). The workers run one torch thread each (HYBRIDSEARCH
 so that N processes share N cores; the inline run uses torch's default threads. A redis-server is
 started on a free loopback port for the run and stopped after it.
 
-Second table: an HDC backfill of `--hdc-docs` synthetic documents made from the dataset's own
+Second table: the ceiling, the embedding model alone on the same texts (384 of the dataset's
+documents, the encoder's own batches, after a warm-up): one process with torch's default threads
+against N one-thread processes at once. The Celery executor cannot embed faster than the second
+row. `--skip-ingest` runs only this table and the next.
+
+Third table: an HDC backfill of `--hdc-docs` synthetic documents made from the dataset's own
 titles and abstracts (each a random title and 40..200 words drawn from the corpus's word stream,
 seed 0), ingested without codes into two directories, then encoded inline
 (`encode_hdc_missing`) and by the workers (an `hdc` job, batches of 256), timed to the last code
@@ -50,6 +55,7 @@ def main() -> None:
     ap.add_argument("dataset", type=Path)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--hdc-docs", type=int, default=100_000, help="synthetic documents for the HDC backfill (0: skip)")
+    ap.add_argument("--skip-ingest", action="store_true", help="only the embedding ceiling and the HDC backfill")
     args = ap.parse_args()
     docs = sum(1 for _ in (args.dataset / "corpus.jsonl").open())
     port = free_port()
@@ -61,14 +67,17 @@ def main() -> None:
     hdc = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            inline_s = timed([EXE, "ingest", str(args.dataset), "--index-dir", f"{tmp}/inline", "-q"], env)
+            if not args.skip_ingest:
+                inline_s = timed([EXE, "ingest", str(args.dataset), "--index-dir", f"{tmp}/inline", "-q"], env)
             worker = subprocess.Popen([EXE, "worker", "--concurrency", str(args.workers), "--loglevel", "WARNING"],
                                       env={**env, "HYBRIDSEARCH_TORCH_THREADS": "1"}, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)
             time.sleep(3)  # the worker connects
-            celery_s = timed([EXE, "ingest", str(args.dataset), "--index-dir", f"{tmp}/celery", "--executor",
-                              "celery", "-q"], env)
-            table(args.dataset.name, docs, inline_s, celery_s, args.workers)
+            if not args.skip_ingest:
+                celery_s = timed([EXE, "ingest", str(args.dataset), "--index-dir", f"{tmp}/celery", "--executor",
+                                  "celery", "-q"], env)
+                table(args.dataset.name, docs, inline_s, celery_s, args.workers)
+            ceiling(args.dataset, args.workers, env)
             hdc = hdc_backfill(args.dataset, args.hdc_docs, Path(tmp), env) if args.hdc_docs else None
     finally:
         if worker is not None:
@@ -91,6 +100,42 @@ def table(name: str, docs: int, inline_s: float, celery_s: float, workers: int) 
     print(f"  {'inline (one process)':<40} {inline_s:>8.1f} {docs / inline_s:>8.1f}")
     print(f"  {f'celery ({workers} one-thread worker processes)':<40} {celery_s:>8.1f} {docs / celery_s:>8.1f}")
     print(f"  celery / inline: {inline_s / celery_s:.2f}x", flush=True)
+
+
+_ENCODE = """
+import json, sys, time
+import torch
+if sys.argv[2] != "default":
+    torch.set_num_threads(int(sys.argv[2]))
+from hybridsearch.embeddings import default_encoder
+texts = []
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    texts.append((d.get("title", "") + " " + d.get("text", "")).strip())
+    if len(texts) == 384:
+        break
+enc = default_encoder()
+enc.encode(texts[:64])
+t = time.perf_counter()
+enc.encode(texts)
+print(len(texts) / (time.perf_counter() - t))
+"""
+
+
+def ceiling(dataset: Path, workers: int, env: dict[str, str]) -> None:
+    """The embedding model's rate alone: one process with default threads, then `workers`
+    one-thread processes at once (their rates summed)."""
+    def run(threads: str, n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", _ENCODE, str(dataset / "corpus.jsonl"), threads], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(n)]
+        return sum(float(p.communicate()[0].strip().splitlines()[-1]) for p in procs)
+
+    one, many = run("default", 1), run("1", workers)
+    print(f"\nembedding alone (all-MiniLM-L6-v2, 384 documents), {os.cpu_count()} cores")
+    print(f"  {'processes':<40} {'docs/s':>8}")
+    print(f"  {'one, default torch threads':<40} {one:>8.1f}")
+    print(f"  {f'{workers} one-thread processes at once':<40} {many:>8.1f}")
+    print(f"  ceiling of celery / inline: {many / one:.2f}x", flush=True)
 
 
 def hdc_backfill(dataset: Path, n: int, tmp: Path, env: dict[str, str]) -> tuple[int, float, float]:
@@ -118,7 +163,7 @@ def hdc_backfill(dataset: Path, n: int, tmp: Path, env: dict[str, str]) -> tuple
     out = []
     for name in ("hdc-inline", "hdc-celery"):
         engine = EmbeddedEngine(tmp / name)
-        ingest(engine, tmp / "synthetic.jsonl", loader="jsonl", encoder=None, hdc=False, progress=False)
+        ingest(engine, tmp / "synthetic.jsonl", loader="jsonl", encoder=None, hdc=False, graph=False, progress=False)
         t = time.perf_counter()
         if name == "hdc-inline":
             encode_hdc_missing(engine, progress=False)

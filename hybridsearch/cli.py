@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -159,6 +160,40 @@ def _worker_target(args: argparse.Namespace) -> tuple[str, str | None]:
     return str(_index_dir(args).resolve()), None
 
 
+class _StallWatch:
+    """Says once, on stderr, when a followed job has made no progress for
+    HYBRIDSEARCH_WORKER_STALL_WARNING seconds, and whether any worker consumes its queue."""
+
+    def __init__(self, queue: str) -> None:
+        from hybridsearch.config import get_settings
+
+        self.queue, self.after = queue, get_settings().worker_stall_warning
+        self.last: tuple[int, int, int] | None = None
+        self.since = time.monotonic()
+        self.warned = False
+
+    def check(self, st: Any) -> None:
+        now, seen = time.monotonic(), (st.done, st.failed, st.docs_done)
+        if seen != self.last:
+            self.last, self.since, self.warned = seen, now, False
+        elif not self.warned and now - self.since >= self.after:
+            self.warned = True
+            import redis
+            from kombu.exceptions import OperationalError
+
+            from workers.celery_app import app
+
+            try:
+                queues = app.control.inspect(timeout=1.0).active_queues() or {}
+            except (OperationalError, redis.RedisError, OSError):  # a broker error here only weakens the hint
+                queues = {}
+            consumers = [w for w, qs in queues.items() if any(q.get("name") == self.queue for q in qs)]
+            hint = (f"{len(consumers)} worker(s) consume the {self.queue} queue (busy with other jobs?)" if consumers
+                    else f"no worker consumes the {self.queue} queue: start one with `hybridsearch worker`")
+            print(f"warning: job {st.id} has made no progress for {self.after:.0f} s; {hint}. Still waiting "
+                  "(Ctrl-C stops waiting; the job goes on)", file=sys.stderr, flush=True)
+
+
 def _follow_jobs(job_ids: list[str], quiet: bool) -> tuple[int, list[int]]:
     """Progress bars fed from the jobs' state in Redis until they end; returns 1 if a batch was
     dead-lettered (saying how to retry), else 0, and the chunks each job did."""
@@ -176,9 +211,13 @@ def _follow_jobs(job_ids: list[str], quiet: bool) -> tuple[int, list[int]]:
         bar = tqdm(desc=f"{st.kind} (celery)", total=st.batches if by_batch else st.docs,
                    unit="batch" if by_batch else "doc", disable=quiet, leave=False)
 
-        def show(st: jobs.JobState, bar: tqdm = bar, by_batch: bool = by_batch) -> None:  # type: ignore[type-arg]
+        stall = _StallWatch(st.kind)
+
+        def show(st: jobs.JobState, bar: tqdm = bar, by_batch: bool = by_batch,  # type: ignore[type-arg]
+                 stall: _StallWatch = stall) -> None:
             bar.n = st.done if by_batch else st.docs_done
             bar.set_postfix_str(f"batches {st.done}/{st.batches}, failed {st.failed}", refresh=True)
+            stall.check(st)
 
         try:
             st = jobs.follow(r, job, show)

@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     worker_task_expires: int = Field(default=86_400, ge=1, description="seconds a queued backfill task and a "
                                      "task result stay valid")
     worker_job_ttl: int = Field(default=7 * 86_400, ge=60, description="seconds a job's state stays in Redis")
+    worker_stall_warning: float = Field(default=60.0, gt=0, allow_inf_nan=False, description="seconds without "
+                                        "progress before a followed job warns that it may have no worker")
     worker_concurrency: int | None = Field(default=None, ge=1, description="worker processes (default: CPUs)")
     embedding_batch_size: int = Field(default=64, ge=1)
     # citation graph (indexer/graph.py)

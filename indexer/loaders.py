@@ -194,8 +194,8 @@ class BeirLoader:
 
 
 def load_links(path: Path) -> dict[str, list[str]]:
-    """Undirected citation pairs `a<TAB>b`; both documents list each other in `cites`.
-    (Direction is left to the citation channel, which treats edges as undirected.)"""
+    """Undirected citation pairs `a<TAB>b`; both documents list each other in `cites` (the
+    citation graph orients a pair by the documents' dates: indexer/graph.py)."""
     if not path.exists():
         return {}
     out: dict[str, list[str]] = {}

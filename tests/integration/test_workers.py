@@ -346,6 +346,43 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
     engine.close()
 
 
+@pytest.mark.integration
+@pytest.mark.redis
+def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp_path) -> None:
+    """`embed --enqueue --wait` with no worker warns (once) that nothing consumes the embed queue,
+    keeps waiting, and completes when a worker starts; `graph --enqueue --wait` then finds the
+    graph that ingest built already."""
+    # a database of its own: workers of other tests on this Redis do not answer its broadcasts
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/5",
+           "HYBRIDSEARCH_WORKER_STALL_WARNING": "2"}
+    idx = tmp_path / "idx"
+    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+                          capture_output=True).returncode == 0
+    follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "100", "--index-dir", str(idx), "-q"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        assert follow.stderr is not None
+        line = follow.stderr.readline()
+        assert "has made no progress for 2 s; no worker consumes the embed queue" in line, line
+        assert "Still waiting" in line and follow.poll() is None
+        worker = _worker(env, 1)
+        out, err = follow.communicate(timeout=300)
+        graph = subprocess.run([EXE, "graph", "--index-dir", str(idx), "--enqueue", "--wait", "-q"], env=env,
+                               capture_output=True, text=True, timeout=120)
+    finally:
+        follow.kill()
+        if worker is not None:
+            _stop(worker)
+    assert follow.returncode == 0, err
+    assert "242 of 242 chunks in 3 of 3 batches" in out and "no worker consumes" not in err
+    assert graph.returncode == 0, graph.stderr
+    assert "graph, 1 of 1 batches" in graph.stdout and ", done" in graph.stdout
+    built = json.loads(subprocess.run([EXE, "graph", "--index-dir", str(idx), "--json"], env=env,
+                                      capture_output=True, text=True).stdout)
+    assert built["works"] == 242 and built["built"] is False and built["pagerank_sum"] == pytest.approx(1.0)
+
+
 def _wait_job(env: dict[str, str], job: str, timeout: float) -> dict:
     deadline = time.time() + timeout
     while True:

@@ -282,7 +282,9 @@ class OpenSearchEngine:
             return 0
         self.ensure_index()
         present = set(self._sources(list(ids), ["id"]))
-        actions = [{"_op_type": "update", "_index": self.write_alias, "_id": i, "doc": p}
+        # workers update different fields of the same chunks at once (vectors, codes, graph): an
+        # update that meets a concurrent one is applied again to the newer version
+        actions = [{"_op_type": "update", "_index": self.write_alias, "_id": i, "doc": p, "retry_on_conflict": 5}
                    for i, p in zip(ids, partials, strict=True) if i in present]
         self._bulk(actions)
         return len(actions)
