@@ -65,7 +65,7 @@ class CachedEncoder:
         self.cache: dict[str, np.ndarray] = {}
         self.misses = 0
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, progress: bool = False) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
         if missing:
             self.misses += len(missing)

@@ -20,7 +20,7 @@ class Encoder(Protocol):
     name: str
     dim: int
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 16,
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
                progress: bool = False) -> np.ndarray: ...
 
 
@@ -32,16 +32,18 @@ class MiniLMEncoder:
 
     `precision="auto"` runs the model in bfloat16 where the CPU computes it natively (AVX512-BF16
     or AMX): about 1.8x the throughput, with cosine 0.9999 to the float32 vectors. Elsewhere, and
-    with `precision="float32"` (or HYBRIDSEARCH_EMBEDDING_PRECISION=float32), it runs in float32.
+    with `precision="float32"` (HYBRIDSEARCH_EMBEDDING_PRECISION=float32 for the default encoder),
+    it runs in float32.
     """
 
     name = MODEL_NAME
     dim = DIM
 
-    def __init__(self, threads: int | None = None, precision: Precision | None = None) -> None:
+    def __init__(self, threads: int | None = None, precision: Precision = "auto", batch_size: int = 16) -> None:
         self._model = None
         self._threads = threads
-        self.precision: str = precision or os.environ.get("HYBRIDSEARCH_EMBEDDING_PRECISION", "auto")
+        self.batch_size = batch_size
+        self.precision: str = precision
         if self.precision not in ("auto", "float32", "bfloat16"):
             raise ConfigError(f"embedding precision must be one of auto, float32, bfloat16; "
                               f"got {self.precision!r}")
@@ -79,14 +81,15 @@ class MiniLMEncoder:
                 self._model = model
         return self._model
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 16,
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
                progress: bool = False) -> np.ndarray:
-        """Encode texts. Batches are sorted by length (inside sentence-transformers) so that
-        padding is minimal; a progress bar shows on long runs when `progress` is set."""
+        """Encode texts (in model batches of `batch_size`, default the encoder's). Batches are
+        sorted by length (inside sentence-transformers) so that padding is minimal; a progress bar
+        shows on long runs when `progress` is set."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
-        vecs = model.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
+        vecs = model.encode(list(texts), batch_size=batch_size or self.batch_size, show_progress_bar=progress,
                             convert_to_tensor=True)
         out = np.ascontiguousarray(vecs.float().numpy(), dtype=np.float32)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
@@ -97,7 +100,12 @@ _default: MiniLMEncoder | None = None
 
 
 def default_encoder() -> MiniLMEncoder:
+    """The process's encoder, configured by HYBRIDSEARCH_TORCH_THREADS, _EMBEDDING_PRECISION and
+    _EMBEDDING_BATCH_SIZE."""
     global _default
     if _default is None:
-        _default = MiniLMEncoder()
+        from hybridsearch.config import get_settings
+
+        s = get_settings()
+        _default = MiniLMEncoder(s.torch_threads, s.embedding_precision, s.embedding_batch_size)
     return _default
