@@ -11,7 +11,15 @@ if TYPE_CHECKING:
 
 
 def open(path_or_url: str, **options: Any) -> Handle:  # noqa: A001 - the public name
-    """Open an index: a directory (embedded engine) or a URL (the engine registered for it)."""
+    """Open an existing index: a directory (embedded engine) or a URL (the engine registered for
+    it). Never creates one: a directory without an index is IndexNotFoundError."""
     from hybridsearch.api import open as _open
 
     return _open(path_or_url, **options)
+
+
+def create(path_or_url: str, **options: Any) -> Handle:
+    """Open an index, creating it when it does not exist."""
+    from hybridsearch.api import create as _create
+
+    return _create(path_or_url, **options)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hybridsearch.engines import Engine, open_engine
+from hybridsearch.engines import Engine, GraphStore, is_url, open_engine
+from hybridsearch.errors import IndexNotFoundError
 from hybridsearch.models import Filters, SearchResult
 
 
@@ -39,6 +41,16 @@ class Handle:
         return ingest(self.engine, Path(path), loader=loader, strict=strict,
                       encoder=default_encoder() if embed else None, progress=progress)
 
+    def update(self, path: str | Path, *, loader: str | None = None, embed: bool = True, strict: bool = False,
+               progress: bool = False) -> Any:
+        """Ingest changed works: each replaces its stored version whole (`ingest` does the same)."""
+        return self.ingest(path, loader=loader, embed=embed, strict=strict, progress=progress)
+
+    def delete(self, ids: Sequence[str] = (), *, works: Sequence[str] = ()) -> list[str]:
+        """Delete chunks by id and every chunk of `works`; returns the ids deleted. Searches in
+        every process see it at once; the citation graph is rebuilt."""
+        return delete(self.engine, ids, works)[0]
+
     def close(self) -> None:
         if self._searcher is not None:
             self._searcher.close()
@@ -51,5 +63,32 @@ class Handle:
         self.close()
 
 
+def delete(engine: Engine, ids: Sequence[str], works: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Delete chunks and whole works, then bring the citation graph up to date; returns the ids
+    deleted and the ids and works that were not found."""
+    from indexer.graph import update_graph
+
+    found_works = {w: engine.work_chunks([w]) for w in dict.fromkeys(works)}
+    targets = list(dict.fromkeys([*ids, *(i for chunks in found_works.values() for i in chunks)]))
+    deleted = engine.delete(targets) if targets else []
+    if deleted and isinstance(engine, GraphStore):
+        update_graph(engine)
+    gone = set(deleted)
+    missing = [i for i in dict.fromkeys(ids) if i not in gone] + [w for w, c in found_works.items() if not c]
+    return deleted, missing
+
+
 def open(path_or_url: str | Path, **options: Any) -> Handle:  # noqa: A001 - the public name
+    """Open an existing index; never creates one (`create` does). A directory must hold an
+    embedded index; an OpenSearch index is looked up on first use (no request here)."""
+    target = str(path_or_url)
+    if not is_url(target) and not (Path(target) / "store.sqlite").is_file():
+        raise IndexNotFoundError(f"no index at {target}; hybridsearch.create({target!r}) makes one, and "
+                                 "`hybridsearch ingest PATH --index-dir DIR` fills one")
+    return Handle(open_engine(target, **options))
+
+
+def create(path_or_url: str | Path, **options: Any) -> Handle:
+    """Open an index, creating it if it does not exist (a directory, or the logical index
+    `options["index"]` on OpenSearch, created on the first write)."""
     return Handle(open_engine(str(path_or_url), **options))

@@ -6,12 +6,14 @@ import argparse
 import json
 import logging
 import os
+import sqlite3
 import sys
 import time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybridsearch import __version__
 from hybridsearch.errors import HybridSearchError
 
 if TYPE_CHECKING:
@@ -23,7 +25,10 @@ DEMO_QUERIES = ("qa-05", "qb-01", "qb-09", "qc-01", "qa-12", "qc-07", "qa-ood-1"
 def _index_dir(args: argparse.Namespace) -> Path:
     from hybridsearch.config import get_settings
 
-    return Path(args.index_dir) if args.index_dir else get_settings().index_dir
+    path = Path(args.index_dir) if args.index_dir else get_settings().index_dir
+    if path.exists() and not path.is_dir():
+        raise HybridSearchError(f"--index-dir {path}: a file, not an index directory")
+    return path
 
 
 def demo_dir() -> Path:
@@ -79,7 +84,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         from workers.celery_app import check_broker, redis_url
 
         check_broker(redis_url())
-    engine = _open(args, must_exist=False)
+    engine = _open(args, must_exist=args.command == "update")
     code = 0
     try:
         enc = None if args.no_embed or celery else default_encoder()
@@ -102,6 +107,23 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         engine.close()
     print("\n".join(summary.lines()))
     return code or (1 if summary.rejected and args.strict else 0)
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from hybridsearch.api import delete
+
+    if not args.ids and not args.work:
+        raise HybridSearchError("name chunk ids to delete, or --work WORK_ID")
+    engine = _open(args)
+    try:
+        deleted, missing = delete(engine, args.ids, args.work or [])
+    finally:
+        engine.close()
+    shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+    if missing and not deleted:
+        raise HybridSearchError(f"nothing deleted: not found: {shown}")
+    print(f"deleted {len(deleted)} chunks" + (f"; not found: {shown}" if missing else ""))
+    return 0
 
 
 def _parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -144,9 +166,20 @@ def _print_hits(result: Any, show_title: bool = True) -> None:
 def _profile_for(args: argparse.Namespace) -> Any:
     from query_service.searcher import adhoc_profile, get_profile
 
-    if args.channels:
-        return adhoc_profile(_channels(args.channels), args.fuser, args.k)
+    if args.channels is not None:
+        return adhoc_profile(_channels(args.channels), args.fuser, args.k or 10)
     return get_profile(args.profile)
+
+
+def _filters(args: argparse.Namespace) -> Any:
+    """The search filters the options name (None when none)."""
+    from hybridsearch.models import DateRange, Filters
+
+    dates = DateRange(gte=args.date_from, lte=args.date_to) if args.date_from or args.date_to else None
+    if dates is not None:
+        dates.bounds()  # YYYY or YYYY-MM, one clear line otherwise
+    f = Filters(date_range=dates, subjects=args.subject, sources=args.source, kind=args.kind, license=args.license)
+    return None if f.is_empty() else f
 
 
 def _worker_target(args: argparse.Namespace) -> tuple[str, str | None]:
@@ -324,7 +357,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise
     try:
         result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True,
-                                 overrides=_parse_sets(args.set))
+                                 overrides=_parse_sets(args.set), filters=_filters(args))
         if args.json:
             print(result.model_dump_json(indent=2), flush=True)
         else:
@@ -479,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="index directory (default: $HYBRIDSEARCH_INDEX_DIR or .hybridsearch/index; "
                         "eval: .hybridsearch/eval/<dataset>; demo: .hybridsearch/demo)")
     p.add_argument("--index-dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--version", action="version", version=f"hybridsearch {__version__}")
     engine_opts = argparse.ArgumentParser(add_help=False)
     engine_opts.add_argument("--engine", choices=["embedded", "opensearch"], default="embedded",
                              help="embedded (an index directory, the default) or opensearch")
@@ -489,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("ingest", parents=[common, engine_opts], help="load, validate, embed and index a corpus")
-    s.add_argument("path")
+    s.add_argument("path", help="a JSONL file, BEIR directory, Atlas markdown or text directory")
     s.add_argument("--loader", choices=["jsonl", "beir", "atlas", "textdir"],
                    help="default: guessed from the path")
     s.add_argument("--strict", action="store_true", help="stop at the first bad record")
@@ -499,8 +533,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compute vectors and HDC codes here (inline, the default) or in Celery workers "
                    "(HYBRIDSEARCH_REDIS_URL; `hybridsearch worker`), with a progress bar until they are done")
     s.add_argument("--chunk", type=int, default=256, help="chunks per worker task with --executor celery")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("update", parents=[common, engine_opts], help="re-ingest changed works into an existing index",
+                       description="Like ingest, into an index that must exist; each work in FILE replaces its "
+                       "stored version whole. Example: hybridsearch update changed.jsonl")
+    s.add_argument("path", help="a JSONL file, BEIR directory, Atlas markdown or text directory")
+    s.add_argument("--loader", choices=["jsonl", "beir", "atlas", "textdir"], help="default: guessed from the path")
+    s.add_argument("--strict", action="store_true", help="stop at the first bad record")
+    s.add_argument("--no-embed", action="store_true", help="skip embeddings")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_ingest, executor="inline", chunk=256)
+
+    s = sub.add_parser("delete", parents=[common, engine_opts], help="delete chunks by id, or whole works",
+                       description="Searches see the deletion at once, in every process; the citation graph is "
+                       "rebuilt. Example: hybridsearch delete doc-1 doc-2; hybridsearch delete --work paper-7")
+    s.add_argument("ids", nargs="*", help="chunk ids")
+    s.add_argument("--work", action="append", metavar="WORK_ID", help="delete every chunk of this work (repeatable)")
+    s.set_defaults(func=cmd_delete)
 
     s = sub.add_parser("embed", parents=[common, engine_opts], help="embed chunks that have no vector yet")
     s.add_argument("--enqueue", action="store_true", help="send Celery tasks (HYBRIDSEARCH_REDIS_URL) "
@@ -508,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--chunk", type=int, default=256, help="chunks per task")
     s.add_argument("--wait", action="store_true", help="with --enqueue: follow the job with a progress bar until "
                    "it ends (exit 1 if a batch was dead-lettered)")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_embed)
 
     s = sub.add_parser("graph", parents=[common, engine_opts],
@@ -519,43 +570,51 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enqueue", action="store_true", help="build it in a Celery worker (the graph queue)")
     s.add_argument("--wait", action="store_true", help="with --enqueue: follow the job until it ends")
     s.add_argument("--json", action="store_true", help="print the graph's summary as JSON")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_graph)
 
     s = sub.add_parser("jobs", help="Celery backfill jobs and their state (HYBRIDSEARCH_REDIS_URL)",
                        description="Example: hybridsearch jobs --json; hybridsearch jobs retry JOB --wait")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the jobs as JSON")
     s.set_defaults(func=cmd_jobs, action="list")
     acts = s.add_subparsers(dest="action", metavar="{retry}")
     r = acts.add_parser("retry", help="send a job's dead-lettered batches again")
-    r.add_argument("job")
+    r.add_argument("job", help="the job id (`hybridsearch jobs` lists them)")
     r.add_argument("--wait", action="store_true", help="follow the job until it ends")
-    r.add_argument("-q", "--quiet", action="store_true")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     s = sub.add_parser("search", parents=[common, engine_opts], help="search the index")
-    s.add_argument("query")
+    s.add_argument("query", help="the query text")
     s.add_argument("--channels", help="channels to combine, e.g. bm25,dense (overrides --profile)")
-    s.add_argument("--fuser", default="rrf")
+    s.add_argument("--fuser", default="rrf", help="with --channels: rrf, weighted or agreement (default: rrf)")
     s.add_argument("--profile", default="hybrid", help="a profile name or a YAML profile file")
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a profile parameter, e.g. min_score=0.2, bm25.tie_breaker=0.3, fuser.rrf_k=20")
     s.add_argument("--explain", action="store_true", help="print each hit's additive contributions")
-    s.add_argument("-k", type=int, default=10)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("-k", type=int, default=None, help="results to return (default: the profile's max_results; "
+                   "10 with --channels)")
+    s.add_argument("--json", action="store_true", help="print the whole result (hits, channels, diagnostics) as JSON")
+    f = s.add_argument_group("filters (the same in every channel and on both engines)")
+    f.add_argument("--date-from", metavar="YYYY[-MM]", help="published in or after this year (and month)")
+    f.add_argument("--date-to", metavar="YYYY[-MM]", help="published in or before this year (and month)")
+    f.add_argument("--subject", action="append", help="a subject the chunk has (repeat for any of several)")
+    f.add_argument("--source", action="append", help="the chunk's source file (repeatable)")
+    f.add_argument("--kind", action="append", help="e.g. theorem, definition (repeatable)")
+    f.add_argument("--license", action="append", help="e.g. CC-BY-4.0 (repeatable)")
     s.set_defaults(func=cmd_search)
 
     s = sub.add_parser("stats", parents=[common, engine_opts], help="index statistics")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the statistics as JSON")
     s.set_defaults(func=cmd_stats)
 
     s = sub.add_parser("eval", parents=[common, engine_opts], help="evaluate on a BEIR dataset")
-    s.add_argument("dataset")
+    s.add_argument("dataset", help="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/)")
     s.add_argument("--channels", help="bm25,dense = one run each; bm25+dense = one fused run")
-    s.add_argument("--fuser", default="rrf")
+    s.add_argument("--fuser", default="rrf", help="the fuser of fused runs (default: rrf)")
     s.add_argument("--profiles", help="comma-separated profile names, one run each")
     s.add_argument("--json", metavar="OUT", help="write {run: metrics} JSON here")
-    s.add_argument("--split", default="test")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("--split", default="test", help="the qrels split to score (default: test)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("logs", help="the query log (daily JSONL files, or daily OpenSearch indices)")
@@ -565,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--url $HYBRIDSEARCH_OPENSEARCH_URL --yes")
     s.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d or 12h")
     s.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print what was deleted as JSON")
     s.set_defaults(func=cmd_logs)
 
     s = sub.add_parser("dashboards", help="OpenSearch Dashboards saved objects")
@@ -589,8 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("demo", parents=[common], help="index the bundled demo corpus and answer sample queries")
-    s.add_argument("-k", type=int, default=5)
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("-k", type=int, default=5, help="results per sample query (default: 5)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     s.set_defaults(func=cmd_demo)
 
     from hybridsearch.engines.opensearch.admin_cli import add_parsers as add_admin_parsers
@@ -598,7 +657,56 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_opensearch_parser(sub)
     add_admin_parsers(sub)
+    _add_examples(p, [])
     return p
+
+
+EXAMPLES = {
+    "ingest": "hybridsearch ingest ../shared/data/scifact --index-dir idx",
+    "embed": "hybridsearch embed --index-dir idx --enqueue --wait",
+    "search": "hybridsearch search \"Brouwer fixed point\" --profile hybrid -k 5 --subject topology",
+    "stats": "hybridsearch stats --index-dir idx --json",
+    "eval": "hybridsearch eval ../shared/data/scifact --profiles lexical,hybrid --json out.json",
+    "demo": "hybridsearch demo -k 3",
+    "jobs retry": "hybridsearch jobs retry embed-20260101-120000-abc123 --wait",
+    "opensearch start": "export HYBRIDSEARCH_OPENSEARCH_URL=$(hybridsearch opensearch start -q | tail -1)",
+    "opensearch stop": "hybridsearch opensearch stop",
+    "opensearch status": "hybridsearch opensearch status --json",
+    "indices status": "hybridsearch indices status papers",
+    "indices create": "hybridsearch indices create papers",
+    "indices delete": "hybridsearch indices delete papers --yes",
+    "indices reindex": "hybridsearch indices reindex papers",
+    "indices prune": "hybridsearch indices prune papers --keep 1 --yes",
+    "snapshot repo-add": "hybridsearch snapshot repo-add",
+    "snapshot create": "hybridsearch snapshot create nightly-1 --index papers",
+    "snapshot list": "hybridsearch snapshot list --json",
+    "snapshot restore": "hybridsearch snapshot restore nightly-1 --index papers --yes",
+}
+
+
+def _add_examples(parser: argparse.ArgumentParser, path: list[str]) -> None:
+    """Give every command without an example in its description the one from EXAMPLES."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sp in action.choices.items():
+                _add_examples(sp, [*path, name])
+    example = EXAMPLES.get(" ".join(path))
+    if example and "Example" not in (parser.description or ""):
+        parser.description = (parser.description + "\n\n" if parser.description else "") + f"Example: {example}"
+
+
+class _StderrWarnings(logging.Handler):
+    """The library's warnings (e.g. a derived index rebuilt from the journal) as `warning:` lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"warning: {record.getMessage()}", file=sys.stderr)
+
+
+def _warnings_to_stderr() -> None:
+    log = logging.getLogger("hybridsearch")
+    if not any(isinstance(h, _StderrWarnings) for h in log.handlers):
+        handler = _StderrWarnings(logging.WARNING)
+        log.addHandler(handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -616,10 +724,17 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "k", 1) is not None and getattr(args, "k", 1) < 1:
         print("error: -k must be >= 1", file=sys.stderr)
         return 2
+    _warnings_to_stderr()
     try:
+        from hybridsearch.config import get_settings
+
+        get_settings()  # a bad HYBRIDSEARCH_* value is one line here, whatever the command
         return int(args.func(args))
     except HybridSearchError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as e:  # a damaged store met outside the checks at open
+        print(f"error: an index store is damaged ({e}); nothing was written", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

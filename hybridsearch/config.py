@@ -14,6 +14,8 @@ class Settings(BaseSettings):
                                       extra="ignore")
 
     index_dir: Path = Path(".hybridsearch/index")
+    lexicon: str = Field(default="", description="variant lexicon files added to the bundled one (os.pathsep-"
+                         "separated); an index records the lexicon it was analysed with and refuses another")
     redis_url: str | None = None
     # Celery workers
     worker_visibility_timeout: int = Field(default=3600, ge=1, description="seconds before Redis redelivers a "
@@ -26,12 +28,17 @@ class Settings(BaseSettings):
     worker_stall_warning: float = Field(default=60.0, gt=0, allow_inf_nan=False, description="seconds without "
                                         "progress before a followed job warns that it may have no worker")
     worker_concurrency: int | None = Field(default=None, ge=1, description="worker processes (default: CPUs)")
-    embedding_batch_size: int = Field(default=64, ge=1)
+    embedding_batch_size: int = Field(default=16, ge=1, description="texts per model batch of the encoder")
+    embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto", description="auto: bfloat16 where the CPU computes it natively, else float32")
+    search_max_k: int = Field(default=10_000, ge=1, description="the most results one search may ask for")
     # citation graph (indexer/graph.py)
     graph_damping: float = Field(default=0.85, gt=0.0, lt=1.0, description="PageRank damping factor")
     graph_cocited_max: int = Field(default=20, ge=0, description="co-cited works kept per work")
-    exact_dense_max: int = Field(default=200_000, ge=0)
-    torch_threads: int | None = Field(default=None, ge=1)
+    exact_dense_max: int = Field(default=200_000, ge=0, description="vectors an embedded index searches "
+                                 "exactly before it switches to HNSW")
+    torch_threads: int | None = Field(default=None, ge=1, description="torch threads of the encoder "
+                                      "(default: torch's, the number of cores)")
 
     # query log: one record per search from the CLI and the Python API
     query_log: bool = Field(default=True, description="write the query log")
@@ -71,4 +78,14 @@ class Settings(BaseSettings):
 
 
 def get_settings() -> Settings:
-    return Settings()
+    """The settings from the environment; a bad value is one ConfigError naming its variable."""
+    from pydantic import ValidationError
+
+    from hybridsearch.errors import ConfigError
+
+    try:
+        return Settings()
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = "HYBRIDSEARCH_" + "__".join(str(p) for p in err["loc"]).upper()
+        raise ConfigError(f"{name}: {err['msg']} (got {err.get('input')!r})") from e

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -44,8 +44,9 @@ class Loader(Protocol):
 
 
 def _read_text(path: Path) -> str:
+    """The file's text; a UTF-8 byte order mark at its start is dropped."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise ValidationError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
     except OSError as e:
@@ -73,16 +74,21 @@ def _json_records(path: Path, report: LoadReport, strict: bool) -> Iterator[tupl
 
 
 def _unique(docs: Iterator[tuple[int, Document]], path: Path, report: LoadReport,
-            strict: bool) -> Iterator[Document]:
-    seen: set[str] = set()
+            strict: bool, split: Callable[[Document], list[Document]] = lambda d: [d]) -> Iterator[Document]:
+    """Each record's chunks (`split`), unless one of their ids was taken by an earlier record's
+    chunk: then the whole record is rejected, naming its line and the id."""
+    owner: dict[str, str] = {}  # chunk id -> the record it came from
     for lineno, d in docs:
-        if d.id in seen:
-            report.reject(ValidationError("duplicate id in one batch", field="id", record=d.id,
-                                          source=str(path), line=lineno), strict)
+        chunks = split(d)
+        taken = next((c.id for c in chunks if c.id in owner), None)
+        if taken is not None:
+            what = ("duplicate id" if owner[taken] == taken == d.id else
+                    f"chunk id {taken!r} is taken by an earlier record ({owner[taken]!r})")
+            report.reject(ValidationError(what, field="id", record=d.id, source=str(path), line=lineno), strict)
             continue
-        seen.add(d.id)
+        owner.update((c.id, d.id) for c in chunks)
         report.loaded += 1
-        yield d
+        yield from chunks
 
 
 class JsonlLoader:
@@ -100,8 +106,8 @@ class JsonlLoader:
                 except ValidationError as e:
                     report.reject(e, strict)
 
-        for doc in _unique(parsed(), path, report, strict):
-            yield from (chunk_document(doc) if doc.work_id == doc.id else [doc])
+        yield from _unique(parsed(), path, report, strict,
+                           lambda doc: chunk_document(doc) if doc.work_id == doc.id else [doc])
 
 
 def parse_date(text: str) -> tuple[int | None, int | None]:

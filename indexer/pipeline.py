@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
@@ -30,6 +31,7 @@ class IngestSummary:
     rejected: list[ValidationError] = field(default_factory=list)
     indexed: int = 0
     embedded: int = 0
+    replaced: int = 0
     seconds: float = 0.0
     graph: GraphSummary | None = None
     graph_built: bool = False
@@ -37,6 +39,8 @@ class IngestSummary:
     def lines(self) -> list[str]:
         out = [f"loaded {self.loaded}, rejected {len(self.rejected)}, indexed {self.indexed}, "
                f"embedded {self.embedded}, in {self.seconds:.1f}s"]
+        if self.replaced:
+            out.append(f"removed {self.replaced} chunks that the new versions of their works no longer have")
         if self.graph is not None:
             out.append(graph_line(self.graph, self.graph_built))
         out += [f"  rejected: {e}" for e in self.rejected[:20]]
@@ -49,12 +53,6 @@ def _binary(engine: Engine) -> BinarySearch:
     if not isinstance(engine, BinarySearch):
         raise UnsupportedCapabilityError("HDC codes need an engine with binary (Hamming) search")
     return engine
-
-
-def _batches(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    it = iter(items)
-    while batch := list(islice(it, size)):
-        yield batch
 
 
 def load_documents(path: Path, loader: str | None, report: LoadReport, *,
@@ -77,28 +75,110 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
            batch_size: int = BATCH) -> IngestSummary:
     """Index a corpus. Each batch is HDC-encoded (and embedded, with an encoder) before it is
     written, so an acknowledged document is searchable in every channel at once; then, with
-    `graph`, the citation graph is brought up to date."""
+    `graph`, the citation graph is brought up to date. A work is replaced whole: its chunks that
+    the new version no longer has are deleted. A record whose id is a chunk of another work in the
+    index is rejected. An input with no record accepted is a ValidationError saying why."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
     summary = IngestSummary()
     docs = load_documents(path, loader, report, strict=strict)
-    bar = tqdm(desc="ingest", unit="doc", disable=not progress, leave=False)
+    bar = tqdm(desc="ingest", total=count_records(path), unit="record", mininterval=1.0, disable=not progress,
+               leave=False)
+    done = 0  # records behind the batches written
+
+    def advance(batch_records: int, fraction: float) -> None:
+        bar.n = min(done + batch_records * fraction, bar.total or float("inf"))
+        bar.refresh()
+
     try:
-        for batch in _batches(docs, batch_size):
-            vectors = encoder.encode([d.dense_text for d in batch]) if encoder is not None else None
-            codes = [hdc_encoder.encode_document(d) for d in batch] if hdc_encoder is not None else None
-            engine.write(batch, vectors, codes)
-            summary.indexed += len(batch)
-            summary.embedded += 0 if vectors is None else len(batch)
-            bar.update(len(batch))
+        for batch in _work_batches(docs, batch_size):
+            records = report.loaded + len(report.rejected) - done
+            batch = _claimable(engine, batch, report, strict)
+            if batch:
+                vectors = None if encoder is None else _embed(encoder, batch, partial(advance, records))
+                codes = [hdc_encoder.encode_document(d) for d in batch] if hdc_encoder is not None else None
+                engine.write(batch, vectors, codes)
+                summary.replaced += _drop_stale_chunks(engine, batch)
+                summary.indexed += len(batch)
+                summary.embedded += 0 if vectors is None else len(batch)
+            done += records
+            advance(0, 0.0)
+    except ValidationError as e:
+        if strict and summary.indexed:
+            e.message += f" (--strict: stopped here; the {summary.indexed} chunks before it are committed)"
+            e.args = (e._render(),)
+        raise
     finally:
         bar.close()
+    summary.loaded, summary.rejected = report.loaded, report.rejected
+    if not report.loaded:
+        why = (f"every record was rejected ({len(report.rejected)}; first: {report.rejected[0]})" if report.rejected
+               else "it holds no records (an empty file, or a directory with no file the loader reads)")
+        raise ValidationError(f"nothing to index: {why}", source=str(path))
     if graph and isinstance(engine, GraphStore):
         summary.graph, summary.graph_built = update_graph(engine)
-    summary.loaded, summary.rejected = report.loaded, report.rejected
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def count_records(path: Path) -> int | None:
+    """About how many records a path holds (lines of a JSONL or BEIR corpus, files of a directory),
+    for the progress bar's total and ETA; None when unknown."""
+    corpus = path / "corpus.jsonl" if path.is_dir() and (path / "corpus.jsonl").is_file() else path
+    if corpus.is_file():
+        if corpus.suffix != ".jsonl":
+            return 1
+        with corpus.open("rb") as f:
+            return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b"")) or 1
+    if path.is_dir():
+        return sum(1 for p in path.rglob("*") if p.suffix in (".md", ".txt") and p.is_file())
+    return None
+
+
+def _embed(encoder: Encoder, batch: Sequence[Document], progress: Callable[[float], None]) -> np.ndarray:
+    """The batch's vectors, encoded in slices so that the progress bar moves every second or so."""
+    step = 64
+    parts = []
+    for i in range(0, len(batch), step):
+        parts.append(encoder.encode([d.dense_text for d in batch[i:i + step]]))
+        progress(min(1.0, (i + step) / len(batch)))
+    return np.concatenate(parts) if parts else np.zeros((0, encoder.dim), dtype=np.float32)
+
+
+def _work_batches(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    """Batches of about `size` chunks that never split a work (its chunks arrive together)."""
+    batch: list[Document] = []
+    for d in items:
+        if len(batch) >= size and d.work_id != batch[-1].work_id:
+            yield batch
+            batch = []
+        batch.append(d)
+    if batch:
+        yield batch
+
+
+def _claimable(engine: Engine, batch: list[Document], report: LoadReport, strict: bool) -> list[Document]:
+    """The batch without the works one of whose chunk ids is, in the index, a chunk of another
+    work (each such work rejected, naming the id)."""
+    try:
+        stored = engine.doc_info([d.id for d in batch])
+    except IndexNotFoundError:  # an OpenSearch index before its first write
+        return batch
+    taken = {d.work_id: (d.id, stored[d.id].work_id) for d in batch
+             if d.id in stored and stored[d.id].work_id != d.work_id}
+    for work, (id_, other) in taken.items():
+        report.reject(ValidationError(f"id {id_!r} is a chunk of work {other!r} in the index", field="id",
+                                      record=work), strict)
+    return [d for d in batch if d.work_id not in taken] if taken else batch
+
+
+def _drop_stale_chunks(engine: Engine, batch: Sequence[Document]) -> int:
+    """Delete the chunks of the batch's works that the batch does not have (an older, longer
+    version's); returns how many."""
+    ids = {d.id for d in batch}
+    stale = [i for i in engine.work_chunks(sorted({d.work_id for d in batch})) if i not in ids]
+    return len(engine.delete(stale)) if stale else 0
 
 
 def embed_missing(engine: Engine, encoder: Encoder, *, progress: bool = True,
@@ -118,9 +198,10 @@ def embed_missing(engine: Engine, encoder: Encoder, *, progress: bool = True,
 
 
 def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document]) -> None:
-    """Embed the given documents and store their vectors."""
-    vectors = encoder.encode([d.dense_text for d in docs])
-    engine.set_vectors([d.id for d in docs], vectors)
+    """Embed the given documents and store their vectors, each only if its chunk's dense text is
+    still the one embedded."""
+    texts = [d.dense_text for d in docs]
+    engine.set_vectors([d.id for d in docs], encoder.encode(texts), texts=texts)
 
 
 def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: str | None = None) -> int:

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from hybridsearch.embeddings import Encoder, default_encoder
 from hybridsearch.engines import Engine, open_engine
-from hybridsearch.errors import ValidationError
+from hybridsearch.errors import QueryError, ValidationError
 from hybridsearch.metrics import evaluate, percentile
 from indexer.loaders import load_qrels, load_queries
 from indexer.pipeline import IngestSummary, embed_missing, encode_hdc_missing, ingest
@@ -35,6 +35,8 @@ def run_specs(channels: str | None, fuser: str, profiles: str | None) -> list[Ru
         item = item.strip()
         if item:
             names = [c.strip() for c in item.split("+") if c.strip()]
+            if not names:
+                raise QueryError(f"--channels: {item!r} names no channel")
             prof = adhoc_profile(names, fuser, DEPTH)
             specs.append(RunSpec(prof.name, prof))
     for name in (profiles or "").split(","):
@@ -46,6 +48,9 @@ def run_specs(channels: str | None, fuser: str, profiles: str | None) -> list[Ru
                 # evaluating to depth 100 must not change when the profile escalates
                 update["escalation"] = base.escalation.model_copy(update={"min_acceptable": base.max_results})
             specs.append(RunSpec(name, base.model_copy(update=update)))
+    if not specs:
+        raise QueryError(f"--channels {channels!r} and --profiles {profiles!r} name no run; e.g. --channels "
+                         "bm25,dense,bm25+dense or --profiles hybrid")
     return specs
 
 
@@ -77,9 +82,12 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
     try:
         fp = corpus_fingerprint(dataset)
         if engine.get_meta("corpus") != fp:
-            if engine.count():
+            # an interrupted build of this corpus (marked before it began) is resumed: ingest is
+            # idempotent; anything else in the index is another corpus
+            if engine.count() and engine.get_meta("corpus_building") != fp:
                 raise ValidationError("the index holds another corpus; choose another index",
                                       source=str(target))
+            engine.set_meta("corpus_building", fp)
             summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
             engine.set_meta("corpus", fp)
             log(f"indexed {dataset}: " + summary.lines()[0])

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch import plugins
+from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import VectorSearch
 from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
@@ -41,6 +42,11 @@ _EXPANSIONS: dict[str, Callable[[str], list[str]]] = {
 
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
     """A profile for an explicit channel list, named like eval runs: `bm25+dense:rrf`."""
+    if not channels:
+        raise QueryError(f"no channel named; valid: {', '.join(plugins.names('channels'))}")
+    most = get_settings().search_max_k
+    if not 1 <= k <= most:
+        raise QueryError(f"k must be between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {k}")
     name = "+".join(channels) + (f":{fuser}" if len(channels) > 1 else "")
     return Profile(name=name, channels={c: ChannelSpec(k=k) for c in channels}, fuser=fuser,
                    max_results=k)
@@ -121,8 +127,9 @@ class Searcher:
         if overrides:
             prof = prof.with_overrides(overrides)
         limit = k if k is not None else prof.max_results
-        if limit < 1:
-            raise QueryError(f"k must be >= 1, got {limit}")
+        most = get_settings().search_max_k
+        if not 1 <= limit <= most:
+            raise QueryError(f"k must be between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {limit}")
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
         expand = _EXPANSIONS.get(prof.expansion or "")
         ctx = QueryContext(query, filters, self.encoder, variants=expand(query) if expand else ())
@@ -149,9 +156,10 @@ class Searcher:
                 lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k)
                 diag["stages"]["escalation"] = {"ms": _ms(te), "channel": esc.channel,
                                                 "hits": len(lists[esc.channel])}
+        cosines: dict[str, float] | None = None  # known cosines, when a semantic rule applies
         if prof.semantic_floor is not None or prof.min_semantic is not None:
             tf = time.perf_counter()
-            lists, reason = self._semantic_floor(prof, ctx, engine, lists)
+            lists, reason, cosines = self._semantic_floor(prof, ctx, engine, lists)
             diag["stages"]["semantic_floor"] = {"ms": _ms(tf), "hits": {c: len(rl) for c, rl in lists.items()}}
             if reason is not None:
                 diag["reason"] = reason
@@ -195,6 +203,13 @@ class Searcher:
                                           [contributions[i] for i in keep])
             diag["stages"]["diversity"] = {"ms": _ms(t3), "hits": len(ids), "dropped": dropped}
         ids, scores, contributions = ids[:limit], scores[:limit], contributions[:limit]
+        if cosines is not None:
+            unknown = [i for i in ids if i not in cosines]
+            have = engine.vector_score(ctx.vector, unknown) if unknown else {}
+            unvectored = [i for i in unknown if i not in have]
+            if unvectored:
+                diag["vectors_missing"] = (f"{len(unvectored)} results have no vector (e.g. {unvectored[0]}), so no "
+                                           "semantic rule judged them; `hybridsearch embed` adds their vectors")
         hits = _explain(ids, scores, contributions, lists)
         if with_documents and hits:
             docs = engine.get([h.id for h in hits])
@@ -231,26 +246,38 @@ class Searcher:
                 [{"rerank": reranked[i]} if i in reranked else old[i][1] for i in new_ids])
 
     @staticmethod
-    def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any,
-                        lists: dict[str, RankedList]) -> tuple[dict[str, RankedList], str | None]:
+    def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any, lists: dict[str, RankedList]
+                        ) -> tuple[dict[str, RankedList], str | None, dict[str, float]]:
         """Raw cosine of every candidate (dense scores, or `vector_score` for the others): the
         out-of-domain gate, then the per-candidate minimum. For the gate alone a non-empty dense
         list suffices: it holds the best cosines of the whole (filtered) index, so no other
-        candidate can score above its top."""
+        candidate can score above its top. A candidate without a vector is never judged by a
+        cosine rule: it is kept whatever the floors say. Returns the lists, the out-of-domain
+        reason (or None) and the cosines it knows."""
         cos: dict[str, float] = dict(lists["dense"].items()) if "dense" in lists else {}
-        others = [i for rl in lists.values() for i in rl.ids if i not in cos]
+        others = list(dict.fromkeys(i for rl in lists.values() for i in rl.ids if i not in cos))
+        filled = False
         if others and (prof.min_semantic is not None or not cos):
-            cos.update(engine.vector_score(ctx.vector, list(dict.fromkeys(others))))
+            cos.update(engine.vector_score(ctx.vector, others))
+            filled = True
         best = max(cos.values(), default=float("-inf"))
         if prof.semantic_floor is not None and best < prof.semantic_floor:
-            return {c: RankedList.of(c, [], []) for c in lists}, (
-                f"out of domain: no candidate reaches the semantic floor {prof.semantic_floor} "
-                f"(best cosine {best:.3f})")
+            if others and not filled:
+                cos.update(engine.vector_score(ctx.vector, others))
+            unvectored = [i for i in others if i not in cos]
+            if not unvectored:
+                shown = "no candidate has a vector" if best == float("-inf") else f"best cosine {best:.3f}"
+                return {c: RankedList.of(c, [], []) for c in lists}, (
+                    f"out of domain: no candidate reaches the semantic floor {prof.semantic_floor} ({shown})"), cos
+            keep = set(unvectored)
+            kept = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if i in keep]))
+                    for c, rl in lists.items()}
+            return kept, None, cos
         if prof.min_semantic is not None:
             floor = prof.min_semantic
-            lists = {c: RankedList.of(c, *unzip([(i, s) for i, s in rl.items() if cos.get(i, -1.0) >= floor]))
+            lists = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if cos.get(i, floor) >= floor]))
                      for c, rl in lists.items()}
-        return lists, None
+        return lists, None, cos
 
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import unicodedata
@@ -89,8 +91,15 @@ class Lexicon:
 
     @classmethod
     def from_env(cls) -> Lexicon:
-        extra = [p for p in os.environ.get("HYBRIDSEARCH_LEXICON", "").split(os.pathsep) if p]
-        return cls.load(extra)
+        """The bundled lexicon plus the files HYBRIDSEARCH_LEXICON names (os.pathsep-separated)."""
+        from hybridsearch.config import get_settings
+
+        return cls.load([p for p in get_settings().lexicon.split(os.pathsep) if p])
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the entries: an index records the one it was analysed with."""
+        return hashlib.sha256(json.dumps(sorted(self.entries.items())).encode()).hexdigest()[:16]
 
     def apply(self, text: str) -> str:
         if self._regex is None:

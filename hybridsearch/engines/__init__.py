@@ -18,7 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.analysis import Analyzer
+from hybridsearch.errors import ConfigError, QueryError, ValidationError
 from hybridsearch.hdc import FIELDS as HDC_FIELDS
 from hybridsearch.hdc import NBYTES, HdcEncoder
 from hybridsearch.models import Bm25Mode, DocInfo, Document, Filters, RankedList
@@ -152,13 +153,22 @@ class Engine(Reader, Protocol):
         without codes drops the old codes."""
         ...
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int: ...
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
+        """Attach vectors to existing chunks (unknown ids are skipped); returns how many were set.
+        With `texts` (the dense texts the vectors were computed from), a chunk whose dense text
+        has changed since is skipped too, atomically: a worker's stale result is dropped."""
+        ...
+
     def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int: ...
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete by id; returns the ids that existed."""
         ...
 
     def count(self) -> int: ...
+    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
+        """The ids of every chunk of these works, sorted."""
+        ...
+
     def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
                         ) -> list[tuple[str, Document]]:
         """Chunks with no vector for their current text (a text change drops the old vector),
@@ -282,6 +292,15 @@ def check_query_code(code: np.ndarray, field: str) -> np.ndarray:
     if c.dtype != np.uint8 or c.shape != (NBYTES,):
         raise QueryError(f"an HDC code is {NBYTES} uint8 bytes, got {c.dtype} {c.shape}")
     return c
+
+
+def check_lexicon(stored: str | None, analyzer: Analyzer, where: str) -> None:
+    """Refuse to use an index analysed with another variant lexicon (its tokens would not match
+    the queries'): one ConfigError naming both."""
+    if stored is not None and stored != analyzer.lexicon.fingerprint:
+        raise ConfigError(f"{where} was analysed with variant lexicon {stored}, but HYBRIDSEARCH_LEXICON now gives "
+                          f"{analyzer.lexicon.fingerprint}; set HYBRIDSEARCH_LEXICON as it was at ingest, or ingest "
+                          "into a new index")
 
 
 def is_url(target: str) -> bool:

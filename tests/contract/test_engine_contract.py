@@ -212,6 +212,9 @@ def test_vectors_and_codes_follow_the_text(engine) -> None:
     assert sorted(i for i, _ in engine.missing_codes()) == ["b", "c"]
     assert [i for i, _ in engine.missing_codes(ids=["a", "c"])] == ["c"]
     assert engine.set_vectors(["b", "unknown"], unit_vectors(2, seed=4)) == 1
+    # a vector computed from text the chunk no longer has is dropped (a worker's stale result)
+    assert engine.set_vectors(["b"], unit_vectors(1, seed=9), texts=["Compact space Old statement."]) == 0
+    assert engine.set_vectors(["b"], unit_vectors(1, seed=4), texts=[engine.get(["b"])["b"].dense_text]) == 1
     assert engine.knn(unit_vectors(2, seed=4)[0], 1).ids == ["b"] and engine.missing_vectors() == []
     assert engine.set_codes(["b"], [ENC.encode_document(engine.get(["b"])["b"])]) == 1
     assert [i for i, _ in engine.missing_codes()] == ["c"] and engine.stats().codes == 2

@@ -39,8 +39,11 @@ def _schema() -> tantivy.Schema:
 class Bm25Index:
     """Owner mode writes and commits; reader mode only reloads what the owner committed."""
 
-    def __init__(self, path: Path, analyzer: Analyzer, *, owner: bool) -> None:
+    def __init__(self, path: Path, analyzer: Analyzer, *, owner: bool, store_id: str = "") -> None:
         self.path = path
+        self.store_id = store_id
+        self.rebuilt: str | None = None  # why the owner dropped the index it found, if it did
+        self.stamp: str | None = None  # the store id recorded with the applied seq
         self.analyzer = analyzer
         self.owner = owner
         self.schema = _schema()
@@ -55,13 +58,14 @@ class Bm25Index:
                 try:
                     if (path / "meta.json").exists() and _stored_format(path) != _FORMAT:
                         raise ValueError("written in another format")
+                    if _stored_store(path) not in (None, store_id):
+                        self.rebuilt = "it was built from another store"
+                        raise ValueError(self.rebuilt)
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
                 except ValueError:
-                    # an index written with another schema or format: it is derived, so rebuild
-                    # it from the journal (applied seq back to 0)
-                    shutil.rmtree(path)
-                    path.mkdir(parents=True)
-                    self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
+                    # an index written with another schema or format, or from another store: it is
+                    # derived, so rebuild it from the journal (applied seq back to 0)
+                    self.index = self._fresh()
                 self._writer = self.index.writer(heap_size=64_000_000, num_threads=1)
             elif (path / "meta.json").exists():
                 self.index = tantivy.Index.open(str(path))
@@ -70,6 +74,21 @@ class Bm25Index:
         self._lengths: tuple[int, dict[str, float]] | None = None
         self._read_applied()
 
+    def _fresh(self) -> tantivy.Index:
+        shutil.rmtree(self.path)
+        self.path.mkdir(parents=True)
+        return tantivy.Index(self.schema, path=str(self.path), reuse=True)
+
+    def reset(self, why: str) -> None:
+        """Owner: drop the index, to be rebuilt from the journal (applied seq back to 0)."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.wait_merging_threads()
+            self.index = self._fresh()
+            self._writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+            self.applied_seq, self.fields_present, self._lengths = 0, set(), None
+            self.rebuilt = why
+
     def _read_applied(self) -> None:
         try:
             data = json.loads((self.path / _APPLIED).read_text())
@@ -77,6 +96,7 @@ class Bm25Index:
             return
         self.applied_seq = int(data.get("seq", 0))
         self.fields_present = set(data.get("fields", []))
+        self.stamp = data.get("store") or None
 
     def reload(self) -> None:
         if self.index is None and (self.path / "meta.json").exists():
@@ -102,7 +122,8 @@ class Bm25Index:
             self._lengths = None
             self.applied_seq = seq
             tmp = self.path / (_APPLIED + ".tmp")
-            tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present), "format": _FORMAT}))
+            tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present), "format": _FORMAT,
+                                       "store": self.store_id}))
             os.replace(tmp, self.path / _APPLIED)
 
     def _to_tantivy(self, label: int, d: Document) -> tantivy.Document:
@@ -204,6 +225,15 @@ class Bm25Index:
             if self._writer is not None:
                 self._writer.wait_merging_threads()
                 self._writer = None
+
+
+def _stored_store(path: Path) -> str | None:
+    """The store id the index was built from (None when unrecorded)."""
+    try:
+        value = json.loads((path / _APPLIED).read_text()).get("store")
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
 
 
 def _stored_format(path: Path) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class DenseIndex:
         self._next_vid = 1
         self.hnsw = False
         self._index = self._new_index(hnsw=False)
+        self.store_id = ""  # the store this index is built from (stamped into checkpoints)
+        self.rebuilt: str | None = None  # why load() started empty instead of from the checkpoint
 
     def _new_index(self, *, hnsw: bool) -> faiss.Index:
         if self.binary:
@@ -181,24 +184,38 @@ class DenseIndex:
                      label_of=np.array(list(self._label_of.items()), dtype=np.int64).reshape(-1, 2),
                      tombstones=np.array(sorted(self._tombstones), dtype=np.int64),
                      state=np.array([self.applied_seq, self._next_vid, int(self.hnsw), self.dim],
-                                    dtype=np.int64))
+                                    dtype=np.int64),
+                     store=np.frombuffer(self.store_id.encode(), dtype=np.uint8))
             tmp = path.with_suffix(".tmp")
             tmp.write_bytes(buf.getvalue())
             os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path, dim: int, exact_max: int, *, binary: bool = False) -> DenseIndex:
+    def load(cls, path: Path, dim: int, exact_max: int, *, binary: bool = False, store_id: str = "",
+             max_seq: int | None = None) -> DenseIndex:
+        """The checkpoint at `path`, or an empty index (which the journal refills) when there is
+        none, or when it cannot be read, was built from another store or is ahead of the journal
+        (`max_seq`); then `rebuilt` says why."""
         self = cls(dim, exact_max, binary=binary)
+        self.store_id = store_id
         if not path.exists():
             return self
-        with np.load(path) as z:
-            seq, next_vid, hnsw, saved_dim = (int(x) for x in z["state"])
-            if saved_dim != dim:
-                return self
-            self._index = (faiss.deserialize_index_binary(z["index"]) if binary
-                           else faiss.deserialize_index(z["index"]))
-            self._vid_of = {int(a): int(b) for a, b in z["vid_of"]}
-            self._label_of = {int(a): int(b) for a, b in z["label_of"]}
-            self._tombstones = {int(x) for x in z["tombstones"]}
-            self.applied_seq, self._next_vid, self.hnsw = seq, next_vid, bool(hnsw)
+        try:
+            with np.load(path) as z:
+                seq, next_vid, hnsw, saved_dim = (int(x) for x in z["state"])
+                saved_store = bytes(z["store"]).decode() if "store" in z.files else None
+                if saved_dim != dim:
+                    return self
+                if saved_store not in (None, store_id) or (max_seq is not None and seq > max_seq):
+                    self.rebuilt = "it was built from another store"
+                    return self
+                index = faiss.deserialize_index_binary(z["index"]) if binary else faiss.deserialize_index(z["index"])
+                vid_of = {int(a): int(b) for a, b in z["vid_of"]}
+                label_of = {int(a): int(b) for a, b in z["label_of"]}
+                tombstones = {int(x) for x in z["tombstones"]}
+        except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as e:
+            self.rebuilt = f"its checkpoint could not be read ({type(e).__name__})"
+            return self
+        self._index, self._vid_of, self._label_of, self._tombstones = index, vid_of, label_of, tombstones
+        self.applied_seq, self._next_vid, self.hnsw = seq, next_vid, bool(hnsw)
         return self

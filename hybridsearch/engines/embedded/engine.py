@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -25,20 +27,21 @@ from hybridsearch.engines import (
     TermStats,
     WorkLinks,
     check_codes,
+    check_lexicon,
     check_query_code,
     check_query_vector,
     check_vectors,
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
-from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
-from hybridsearch.errors import QueryError
+from hybridsearch.engines.embedded.store import HDC_FIELDS, Store, hash_text
+from hybridsearch.errors import EngineError, QueryError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
 from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
 from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 
-DEFAULT_EXACT_MAX = 200_000
+_log = logging.getLogger("hybridsearch")
 _CHECKPOINT_EVERY = 20_000  # journal entries between dense checkpoints
 
 
@@ -48,8 +51,11 @@ class EmbeddedEngine:
 
     capabilities = frozenset({"lexical", "vector", "binary", "graph"})
 
-    def __init__(self, path: str | os.PathLike[str], *, exact_max: int = DEFAULT_EXACT_MAX,
+    def __init__(self, path: str | os.PathLike[str], *, exact_max: int | None = None,
                  analyzer: Analyzer | None = None, model: str = MODEL_NAME, dim: int = DIM) -> None:
+        from hybridsearch.config import get_settings
+
+        exact_max = get_settings().exact_dense_max if exact_max is None else exact_max
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.model, self.dim = model, dim
@@ -61,17 +67,50 @@ class EmbeddedEngine:
             self.owner = True
         except OSError:
             self.owner = False
+        if self.path.joinpath("store.sqlite").is_dir():
+            raise EngineError(f"{self.path}/store.sqlite is a directory, not an index store")
         self.store = Store(self.path / "store.sqlite")
-        self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner)
-        self.dense_index = DenseIndex.load(self.path / "dense.npz", dim, exact_max)
+        try:
+            self._open_derived(exact_max)
+        except sqlite3.DatabaseError as e:
+            self.store.close()
+            self._lock_file.close()
+            raise EngineError(f"the index store {self.path}/store.sqlite is damaged ({e}); nothing was written. "
+                              "Restore it from a snapshot or ingest into a new index") from e
+
+    def _open_derived(self, exact_max: int) -> None:
+        """Open the derived indexes (each replays the journal past its checkpoint); one built from
+        another store, ahead of the journal, or unreadable is rebuilt from the journal, with a
+        warning that says so."""
+        store_id, max_seq = self.store.store_id, self.store.max_seq()
+        stored = self.store.get_meta("lexicon")
+        check_lexicon(None if stored is None else json.loads(stored), self.analyzer, str(self.path))
+        if stored is None:
+            self.store.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
+        self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner, store_id=store_id)
+        if self.owner and self.bm25_index.applied_seq > max_seq:
+            self.bm25_index.reset("it is ahead of the journal (built from another store)")
+        if not self.owner and (self.bm25_index.applied_seq > max_seq
+                               or self.bm25_index.stamp not in (None, store_id)):
+            raise EngineError(f"the BM25 index of {self.path} was built from another store; "
+                              "open the index in one process alone to rebuild it")
+        if self.bm25_index.rebuilt:
+            _log.warning("%s: rebuilding the BM25 index from the journal: %s", self.path, self.bm25_index.rebuilt)
+        self.dense_index = DenseIndex.load(self.path / "dense.npz", self.dim, exact_max, store_id=store_id,
+                                           max_seq=max_seq)
         # derived vector indexes: name -> (index, checkpoint path, fetch vectors by label)
         self._vector_indexes: dict[str, tuple[DenseIndex, Path, Callable[[list[int]], dict[int, np.ndarray]]]] = {
             "dense": (self.dense_index, self.path / "dense.npz", self.store.vectors_by_label)}
         for f in HDC_FIELDS:
-            idx = DenseIndex.load(self.path / f"hdc_{f}.npz", HDC_DIM, exact_max, binary=True)
+            idx = DenseIndex.load(self.path / f"hdc_{f}.npz", HDC_DIM, exact_max, binary=True, store_id=store_id,
+                                  max_seq=max_seq)
             self._vector_indexes[f"hdc:{f}"] = (idx, self.path / f"hdc_{f}.npz",
                                                  partial(self.store.codes_by_label, field=f))
-        self._saved_seq = {name: idx.applied_seq for name, (idx, _, _) in self._vector_indexes.items()}
+        for name, (idx, _, _) in self._vector_indexes.items():
+            if idx.rebuilt:
+                _log.warning("%s: rebuilding the %s index from the journal: %s", self.path, name, idx.rebuilt)
+        self._saved_seq = {name: -1 if idx.rebuilt else idx.applied_seq
+                           for name, (idx, _, _) in self._vector_indexes.items()}
         self._id_of: dict[int, str] = self.store.id_map()
         self._label_of: dict[str, int] = {v: k for k, v in self._id_of.items()}
         self._seen_seq = self.store.max_seq()
@@ -159,10 +198,11 @@ class EmbeddedEngine:
             self._catch_up()
             return len(docs)
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int:
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
         vectors = check_vectors(vectors, len(ids), self.dim)
+        hashes = None if texts is None else [str(hash_text(t)) for t in texts]
         with self._lock:
-            n = self.store.set_vectors(list(ids), vectors, self.model)
+            n = self.store.set_vectors(list(ids), vectors, self.model, hashes=hashes)
             self._catch_up()
             return n
 
@@ -289,6 +329,9 @@ class EmbeddedEngine:
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
+
+    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
+        return self.store.work_chunks(work_ids)
 
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         return self.store.neighbors(ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,6 +74,11 @@ class Store:
         self._lock = threading.RLock()
         if self.get_meta("cites_table") is None:
             self._backfill_cites()
+        # the store's identity: derived indexes carry it, so one built from another store is known
+        if self.get_meta("store_id") is None:
+            with self._transaction() as c:
+                c.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (json.dumps(uuid.uuid4().hex),))
+        self.store_id: str = json.loads(self.get_meta("store_id") or '""')
 
     def _backfill_cites(self) -> None:
         """Fill the citation table of a store written before it existed (once)."""
@@ -260,6 +266,10 @@ class Store:
             rows = list(self.conn.execute(q + " ORDER BY c.label" + (f" LIMIT {int(limit)}" if limit is not None
                                                                     else "")))
         return [(i, Document.model_validate_json(d, strict=False)) for i, d in rows[:limit]]
+
+    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
+        return sorted(i for (i,) in self._rows_in("SELECT id FROM chunks WHERE work_id IN ({marks})",
+                                                  list(dict.fromkeys(work_ids))))
 
     def count_codes(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM hdc").fetchone()[0])

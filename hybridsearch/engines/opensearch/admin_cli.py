@@ -73,20 +73,20 @@ def add_parsers(sub: Any) -> None:
     s = acts.add_parser("list", parents=[common], help="one row per logical index",
                         description="Example: hybridsearch indices list --json")
     s = acts.add_parser("status", parents=[common], help="versions, aliases, counts and warnings of one index")
-    s.add_argument("name")
+    s.add_argument("name", help="the logical index (its alias)")
     s = acts.add_parser("create", parents=[common], help="create NAME-v1 with the aliases NAME and NAME-write")
-    s.add_argument("name")
+    s.add_argument("name", help="the logical index (its alias)")
     s = acts.add_parser("delete", parents=[common, yes], help="delete every version of an index")
-    s.add_argument("name")
+    s.add_argument("name", help="the logical index (its alias)")
     s = acts.add_parser("reindex", parents=[common], help="build the next version and swap the aliases "
                         "with no downtime", description="Builds NAME-v<N+1> from the current templates, copies "
                         "the live version into it with a server-side _reindex task, checks the count and swaps "
                         "both aliases atomically. Searches keep working throughout; writes wait until the swap and "
                         "then land in the new version. The old version is kept until `indices prune`.")
-    s.add_argument("name")
+    s.add_argument("name", help="the logical index (its alias)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s = acts.add_parser("prune", parents=[common, yes], help="delete old versions")
-    s.add_argument("name")
+    s.add_argument("name", help="the logical index (its alias)")
     s.add_argument("--keep", type=int, default=1, help="versions to keep, the live one included (default 1)")
     p.set_defaults(func=cmd_indices)
 
@@ -99,12 +99,12 @@ def add_parsers(sub: Any) -> None:
                    "hybridsearch)")
     s.add_argument("--location", help="directory, relative to the node's path.repo (default: the repository name)")
     s = acts.add_parser("create", parents=[common, repo], help="snapshot the live version of logical indices")
-    s.add_argument("name")
+    s.add_argument("name", help="the logical index (its alias)")
     s.add_argument("--index", action="append", help="logical index (repeatable; default: all)")
     acts.add_parser("list", parents=[common, repo], help="snapshots in the repository")
     s = acts.add_parser("restore", parents=[common, repo, yes], help="restore logical indices with their aliases "
                         "(an existing one is replaced after confirmation)")
-    s.add_argument("name")
+    s.add_argument("name", help="the snapshot to restore (`snapshot list` names them)")
     s.add_argument("--index", action="append", help="logical index (repeatable; default: all in the snapshot)")
     p.set_defaults(func=cmd_snapshot)
 

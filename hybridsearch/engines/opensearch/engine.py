@@ -35,6 +35,7 @@ from hybridsearch.engines import (
     TermStats,
     WorkLinks,
     check_codes,
+    check_lexicon,
     check_query_code,
     check_query_vector,
     check_vectors,
@@ -56,6 +57,7 @@ from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, 
 _log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
+_SET_IF_HASH = "if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v } else { ctx.op = 'noop' }"
 
 
 class _Serializer(opensearchpy.JSONSerializer):
@@ -157,6 +159,7 @@ class OpenSearchEngine:
         self.space_type = Q.SPACE_TYPE[self.knn_engine]
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
+        self._lexicon_checked = False
         self.dim = DIM
         self.client = make_client(url, s)
         self._ready = False
@@ -174,6 +177,7 @@ class OpenSearchEngine:
             return
         with self._lock, self._errors("create index"):
             if self.client.indices.exists_alias(name=self.index):
+                self._check_lexicon()
                 self._ready = True
                 return
             if self.client.indices.exists(index=self.index):
@@ -184,7 +188,8 @@ class OpenSearchEngine:
             apply_chunk_templates(self.client, self.index, self.knn_engine)
             first = f"{self.index}-v1"
             if not self.client.indices.exists(index=first):
-                meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS}}}
+                meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS},
+                                         "lexicon": self.analyzer.lexicon.fingerprint}}
                 try:
                     self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
                                                params={"wait_for_active_shards": "1"})
@@ -196,6 +201,12 @@ class OpenSearchEngine:
                 {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
             self.client.cluster.health(index=first, wait_for_status="yellow")
             self._ready = True
+
+    def _check_lexicon(self) -> None:
+        """Once per engine: the index was analysed with this process's variant lexicon."""
+        if not self._lexicon_checked:
+            check_lexicon(self._index_meta().get("lexicon"), self.analyzer, f"index {self.index!r} at {self.url}")
+            self._lexicon_checked = True
 
     def drop(self) -> list[str]:
         """Delete every version of this logical index (and so its aliases) and its index template;
@@ -267,9 +278,15 @@ class OpenSearchEngine:
         self._bulk(actions())
         return len(docs)
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> int:
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
         vecs = check_vectors(vectors, len(ids), self.dim)
-        return self._update(ids, [{"dense": v.tolist()} for v in vecs])
+        if texts is None:
+            return self._update(ids, [{"dense": v.tolist()} for v in vecs])
+        # compare and set on the node: the vector lands only if the chunk's dense text still has
+        # the hash of the text it was computed from (else the update is a no-op)
+        return self._update(ids, [{"script": {"source": _SET_IF_HASH, "lang": "painless",
+                                              "params": {"h": str(hash_text(t)), "v": v.tolist()}}}
+                                  for t, v in zip(texts, vecs, strict=True)])
 
     def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int:
         code_sets = check_codes(codes, len(ids))
@@ -277,17 +294,17 @@ class OpenSearchEngine:
                                                            for f in HDC_FIELDS}} for c in code_sets])
 
     def _update(self, ids: Sequence[str], partials: Sequence[dict[str, Any]]) -> int:
-        """Partial updates of existing chunks (unknown ids are skipped); returns how many."""
+        """Partial updates of existing chunks (unknown ids are skipped), each a partial document or
+        a `{"script": ...}`; returns how many were sent."""
         if not ids:
             return 0
         self.ensure_index()
         present = set(self._sources(list(ids), ["id"]))
         # workers update different fields of the same chunks at once (vectors, codes, graph): an
         # update that meets a concurrent one is applied again to the newer version
-        actions = [{"_op_type": "update", "_index": self.write_alias, "_id": i, "doc": p, "retry_on_conflict": 5}
-                   for i, p in zip(ids, partials, strict=True) if i in present]
-        self._bulk(actions)
-        return len(actions)
+        actions = [{"_op_type": "update", "_index": self.write_alias, "_id": i, "retry_on_conflict": 5,
+                    **(p if "script" in p else {"doc": p})} for i, p in zip(ids, partials, strict=True) if i in present]
+        return len(self._bulk(actions))
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete by id; returns the ids that existed."""
@@ -303,7 +320,7 @@ class OpenSearchEngine:
         node indexes them in parallel while the next chunk is encoded); items rejected with 429
         are sent again with exponential backoff; other per-item failures raise BulkWriteError
         naming ids and reasons (after the rest was written). Refreshes, so the writes are
-        searchable on return. Returns the ids that succeeded."""
+        searchable on return. Returns the ids that succeeded and changed something."""
         s = self.settings
         by_id: dict[str, dict[str, Any]] = {}
 
@@ -330,7 +347,8 @@ class OpenSearchEngine:
             (op, info), = item.items()
             id_ = str(info.get("_id"))
             if ok:
-                ok_ids.add(id_)
+                if info.get("result") != "noop":  # an update that changed nothing is not counted
+                    ok_ids.add(id_)
             elif retry_429 and info.get("status") == 429:
                 rejected.append(by_id[id_])
             elif _reindex_block(info):
@@ -412,6 +430,16 @@ class OpenSearchEngine:
         except IndexNotFoundError:
             return 0
 
+    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
+        works = list(dict.fromkeys(work_ids))
+        if not works:
+            return []
+        try:
+            return sorted(i for p in range(0, len(works), _PAGE)
+                          for i, _ in self._scan({"terms": {"work_id": works[p:p + _PAGE]}}, ["id"]))
+        except IndexNotFoundError:  # before the first write
+            return []
+
     def _count(self, query: dict[str, Any]) -> int:
         with self._errors("count"):
             return int(self.client.count(index=self.index, body={"query": query})["count"])
@@ -492,6 +520,7 @@ class OpenSearchEngine:
         """Field-boosted BM25 (k1=1.2, b=0.75 in the index); other k1/b rescore the top max(4k, 200)
         candidates with hybridsearch.scoring.rescore_bm25, as the embedded engine does."""
         opt = options or Bm25Options()
+        self._check_lexicon()
         terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str) else list(query))
         fields = fields or BM25_FIELD_WEIGHTS
         weights = merge_term_weights(terms)

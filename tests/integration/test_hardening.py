@@ -1,0 +1,275 @@
+"""Reproductions of answers that were silently wrong and of tracebacks where one line belongs: each
+test failed before its fix."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hybridsearch
+from hybridsearch.cli import main
+from hybridsearch.engines.embedded import EmbeddedEngine
+from hybridsearch.errors import IndexNotFoundError
+from tests.conftest import DEMO
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+LONG = " ".join(f"word{i} filler text about manifolds" for i in range(240))  # about 1,200 words
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_error_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def jsonl(path: Path, *records: dict) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+# -- silently wrong answers ------------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_chunks_without_vectors_are_never_hidden_by_a_cosine_rule(demo_copy, tmp_path) -> None:
+    f = jsonl(tmp_path / "new.jsonl", {"id": "zz-1", "title": "Quillen–Suslin theorem on projective modules",
+                                       "text": "Finitely generated projective modules over polynomial rings are free."})
+    with hybridsearch.open(demo_copy) as h:
+        h.ingest(f, embed=False)
+        for profile in ("hybrid", "aico"):
+            res = h.search("Quillen–Suslin theorem on projective modules", profile, k=5)
+            assert "zz-1" in [x.id for x in res.hits], (profile, res.diagnostics)
+            assert "hybridsearch embed" in res.diagnostics["vectors_missing"]
+    # an index with no vectors at all: hybrid answers from the lexical channels, and says why
+    bare = hybridsearch.create(tmp_path / "bare")
+    bare.ingest(DEMO, embed=False)
+    res = bare.search("Brouwer fixed point theorem", "hybrid", k=3)
+    assert res.hits and res.hits[0].id.startswith("topo-brouwer"), res.diagnostics
+    assert "reason" not in res.diagnostics and "vectors_missing" in res.diagnostics
+    bare.close()
+
+
+@pytest.mark.integration
+def test_reingesting_a_work_replaces_all_of_it(tmp_path, capsys) -> None:
+    idx = str(tmp_path / "idx")
+    long = jsonl(tmp_path / "long.jsonl", {"id": "w", "title": "A long work", "text": LONG + " zebraword"})
+    assert run(capsys, "ingest", str(long), "--index-dir", idx, "--no-embed", "-q")[0] == 0
+    with hybridsearch.open(idx) as h:
+        chunks = h.engine.work_chunks(["w"])
+        assert len(chunks) > 2 and h.search("zebraword", "lexical").hits
+    short = jsonl(tmp_path / "short.jsonl", {"id": "w", "title": "A short work", "text": "Brief now."})
+    code, out, _ = run(capsys, "update", str(short), "--index-dir", idx, "--no-embed", "-q")
+    assert code == 0 and f"removed {len(chunks)} chunks" in out
+    with hybridsearch.open(idx) as h:
+        assert h.engine.work_chunks(["w"]) == ["w"] and h.search("zebraword", "lexical").hits == []
+        assert h.search("brief", "lexical").hits[0].id == "w"
+
+
+@pytest.mark.integration
+def test_derived_indexes_of_another_store_are_rebuilt(tmp_path, capsys) -> None:
+    idx = tmp_path / "idx"
+    a = jsonl(tmp_path / "a.jsonl", *({"id": f"a{i}", "title": f"alpha{i} topic", "text": "first corpus"}
+                                      for i in range(30)))
+    b = jsonl(tmp_path / "b.jsonl", {"id": "b0", "title": "beta topic", "text": "second corpus"})
+    assert run(capsys, "ingest", str(a), "--index-dir", str(idx), "--no-embed", "-q")[0] == 0
+    for f in idx.glob("store.sqlite*"):
+        f.unlink()
+    code, _, err = run(capsys, "ingest", str(b), "--index-dir", str(idx), "--no-embed", "-q")
+    assert code == 0 and "rebuilding the BM25 index from the journal" in err, err
+    with hybridsearch.open(idx) as h:
+        assert h.search("alpha1", "lexical").hits == [] and [x.id for x in h.search("beta", "lexical").hits] == ["b0"]
+        st = h.engine.stats().details
+        assert st["bm25_applied_seq"] <= st["journal_seq"] and st["bm25_docs"] == 1
+
+
+@pytest.mark.integration
+def test_a_chunk_id_never_collides_with_a_record_id(tmp_path, capsys) -> None:
+    f = jsonl(tmp_path / "c.jsonl", {"id": "c", "title": "Chunked", "text": LONG},
+              {"id": "c#1", "title": "Collides", "text": "a record named like a chunk"},
+              {"id": "ok", "title": "Unrelated", "text": "kept"})
+    idx = str(tmp_path / "idx")
+    code, out, _ = run(capsys, "ingest", str(f), "--index-dir", idx, "--no-embed", "-q")
+    assert code == 0 and "rejected 1" in out
+    assert f"{f}:2" in out and "chunk id 'c#1' is taken by an earlier record ('c')" in out
+    later = jsonl(tmp_path / "later.jsonl", {"id": "c#2", "title": "Again", "text": "a standalone work"},
+                  {"id": "ok2", "title": "Also kept", "text": "fine"})
+    code, out, _ = run(capsys, "ingest", str(later), "--index-dir", idx, "--no-embed", "-q")
+    assert code == 0 and "id 'c#2' is a chunk of work 'c' in the index" in out and "indexed 1" in out
+    with hybridsearch.open(idx) as h:
+        got = h.engine.get(["ok", "ok2", "c#2"])
+        assert set(got) == {"ok", "ok2", "c#2"} and got["c#2"].work_id == "c"
+
+
+@pytest.mark.integration
+def test_an_index_refuses_another_variant_lexicon(tmp_path) -> None:
+    lex = tmp_path / "extra.lex"
+    lex.write_text("zorn lemma = zorns lemma | kuratowski zorn lemma\n")
+    idx = str(tmp_path / "idx")
+    docs = jsonl(tmp_path / "d.jsonl", {"id": "z", "title": "Kuratowski Zorn lemma", "text": "maximal chains"})
+    env = {**os.environ, "HYBRIDSEARCH_LEXICON": str(lex), "HYBRIDSEARCH_QUERY_LOG": "false"}
+    assert subprocess.run([EXE, "ingest", str(docs), "--index-dir", idx, "--no-embed", "-q"], env=env,
+                          capture_output=True).returncode == 0
+    same = subprocess.run([EXE, "search", "zorns lemma", "--index-dir", idx, "--profile", "lexical"], env=env,
+                          capture_output=True, text=True)
+    assert same.returncode == 0 and " z " in same.stdout
+    other = subprocess.run([EXE, "search", "zorns lemma", "--index-dir", idx, "--profile", "lexical"],
+                           env={**env, "HYBRIDSEARCH_LEXICON": ""}, capture_output=True, text=True)
+    assert other.returncode == 2 and "HYBRIDSEARCH_LEXICON" in one_error_line(other.stderr)
+
+
+@pytest.mark.integration
+def test_empty_input_is_an_error(tmp_path, capsys) -> None:
+    idx = str(tmp_path / "idx")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "emptydir").mkdir()
+    (tmp_path / "nosupported").mkdir()
+    (tmp_path / "nosupported" / "a.pdf").write_bytes(b"%PDF")
+    bad = jsonl(tmp_path / "bad.jsonl", {"id": "x"}, {"title": "no id"})
+    for path, why in ((tmp_path / "empty.jsonl", "holds no records"), (tmp_path / "emptydir", "holds no records"),
+                      (tmp_path / "nosupported", "holds no records"), (bad, "every record was rejected (2")):
+        code, _, err = run(capsys, "ingest", str(path), "--index-dir", idx, "-q")
+        assert code == 2 and "nothing to index" in one_error_line(err) and why in err, (path, err)
+
+
+def test_open_never_creates(tmp_path) -> None:
+    with pytest.raises(IndexNotFoundError, match="hybridsearch.create"):
+        hybridsearch.open(tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()
+    hybridsearch.create(tmp_path / "made").close()
+    hybridsearch.open(tmp_path / "made").close()
+
+
+# -- one line, never a traceback ---------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_bad_arguments_are_one_line(demo_copy, tmp_path, capsys) -> None:
+    idx = str(demo_copy)
+    cases = [
+        (["search", "x", "--index-dir", idx, "--channels", "bm25", "-k", "100000"], "k must be between 1 and 10000"),
+        (["search", "x", "--index-dir", idx, "--channels", ",,,"], "no channel named"),
+        (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "+"], "names no channel"),
+        (["search", "x", "--index-dir", str(DEMO / "corpus.jsonl")], "a file, not an index directory"),
+        (["search", "x", "--index-dir", idx, "--date-from", "19x5"], "expected YYYY or YYYY-MM"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in one_error_line(err), (argv, err)
+
+
+@pytest.mark.integration
+def test_bad_settings_are_one_line(tmp_path) -> None:
+    for name, value in (("HYBRIDSEARCH_EMBEDDING_BATCH_SIZE", "abc"), ("HYBRIDSEARCH_GRAPH_DAMPING", "nan"),
+                        ("HYBRIDSEARCH_SEARCH_MAX_K", "0")):
+        out = subprocess.run([EXE, "search", "x", "--index-dir", str(tmp_path)], capture_output=True, text=True,
+                             env={**os.environ, name: value})
+        assert out.returncode == 2 and name in one_error_line(out.stderr), (name, out.stderr)
+
+
+@pytest.mark.integration
+def test_damaged_checkpoints_are_rebuilt_and_a_damaged_store_refused(demo_copy, capsys) -> None:
+    idx = str(demo_copy)
+    (demo_copy / "dense.npz").write_bytes((demo_copy / "dense.npz").read_bytes()[:1000])  # truncated
+    (demo_copy / "hdc_topic.npz").write_bytes(b"garbage" * 100)
+    code, out, err = run(capsys, "search", "Brouwer fixed point theorem", "--index-dir", idx, "--channels",
+                         "dense,hdc", "-k", "3")
+    assert code == 0 and "topo-brouwer" in out, err
+    assert "rebuilding the dense index from the journal: its checkpoint could not be read" in err
+    assert "rebuilding the hdc:topic index" in err
+    code, out, err = run(capsys, "search", "Brouwer fixed point theorem", "--index-dir", idx, "--channels", "dense")
+    assert code == 0 and "rebuilding" not in err  # the owner wrote a good checkpoint on close
+    store = demo_copy / "store.sqlite"
+    raw = bytearray(store.read_bytes())
+    page = 4096
+    raw[page * 3:page * 3 + 512] = os.urandom(512)  # a garbage page inside the chunks table
+    store.write_bytes(bytes(raw))
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    code, _, err = run(capsys, "ingest", str(DEMO), "--index-dir", idx, "--no-embed", "-q")
+    assert code == 2 and "damaged" in one_error_line(err)
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before
+
+
+def test_a_byte_order_mark_is_accepted_and_strict_says_what_was_committed(tmp_path, capsys) -> None:
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes("\ufeff".encode() + b'{"id": "first", "title": "With a BOM", "text": "x"}\n')
+    code, out, _ = run(capsys, "ingest", str(f), "--index-dir", str(tmp_path / "idx"), "--no-embed", "-q")
+    assert code == 0 and "loaded 1, rejected 0" in out
+    g = jsonl(tmp_path / "strict.jsonl", *({"id": f"s{i}", "title": "t", "text": "x"} for i in range(1500)),
+              {"title": "no id"})
+    code, _, err = run(capsys, "ingest", str(g), "--index-dir", str(tmp_path / "idx2"), "--no-embed", "-q",
+                       "--strict")
+    line = one_error_line(err)
+    assert code == 2 and "strict.jsonl:1501" in line and "the 1024 chunks before it are committed" in line
+
+
+@pytest.mark.integration
+def test_an_interrupted_first_eval_is_resumed(tmp_path, capsys) -> None:
+    from hybridsearch.engines import open_engine
+    from indexer.loaders import BeirLoader, LoadReport
+    from query_service.evaluate import corpus_fingerprint
+
+    target = tmp_path / "ev"
+    engine = open_engine(str(target))  # what an interrupted first eval leaves: a marker, some documents
+    engine.set_meta("corpus_building", corpus_fingerprint(DEMO))
+    engine.write(list(BeirLoader().load(DEMO, LoadReport()))[:10])
+    engine.close()
+    code, out, err = run(capsys, "eval", str(DEMO), "--index-dir", str(target), "--profiles", "lexical", "-q")
+    assert code == 0 and "lexical" in out, err
+    other = EmbeddedEngine(tmp_path / "other")
+    other.write(list(BeirLoader().load(DEMO, LoadReport()))[:3])
+    other.close()
+    code, _, err = run(capsys, "eval", str(DEMO), "--index-dir", str(tmp_path / "other"), "--profiles", "lexical")
+    assert code == 2 and "holds another corpus" in one_error_line(err)
+
+
+# -- what users expect -----------------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_filters_on_the_command_line_and_k_keeps_the_profile_limit(demo_copy, capsys) -> None:
+    idx = str(demo_copy)
+    code, out, err = run(capsys, "search", "compact", "--index-dir", idx, "--profile", "kb-fast", "--json")
+    assert code == 0 and 1 <= len(json.loads(out)["hits"]) <= 3, err  # kb-fast's max_results, not 10
+    code, out, err = run(capsys, "search", "theorem", "--index-dir", idx, "--profile", "lexical", "-k", "50", "--json",
+                         "--subject", "topology", "--kind", "theorem", "--license", "CC-BY-4.0",
+                         "--date-from", "1900", "--date-to", "1950-06")
+    hits = json.loads(out)["hits"]
+    assert code == 0 and hits, err
+    with hybridsearch.open(demo_copy) as h:
+        docs = h.engine.get([x["id"] for x in hits])
+    for d in docs.values():
+        assert "topology" in [s.lower() for s in d.subjects] and d.kind == "theorem" and d.license == "CC-BY-4.0"
+        assert d.year is not None and 1900 <= d.year <= 1950
+
+
+@pytest.mark.integration
+def test_delete_and_update_are_seen_at_once_in_every_process(demo_copy, tmp_path) -> None:
+    with hybridsearch.open(demo_copy) as h:  # this process reads; another one deletes
+        first = h.search("Brouwer fixed point theorem", "lexical", k=3).hits[0].id
+        out = subprocess.run([EXE, "delete", first, "missing-id", "--index-dir", str(demo_copy)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0 and "deleted 1 chunks; not found: missing-id" in out.stdout, out.stderr
+        assert first not in [x.id for x in h.search("Brouwer fixed point theorem", "lexical", k=10).hits]
+        nothing = subprocess.run([EXE, "delete", "missing-id", "--index-dir", str(demo_copy)],
+                                 capture_output=True, text=True)
+        assert nothing.returncode == 2 and "nothing deleted" in one_error_line(nothing.stderr)
+        f = jsonl(tmp_path / "u.jsonl", {"id": first, "title": "Brouwer fixed point theorem (revised)",
+                                         "text": "Every continuous self-map of a closed ball has a fixed point."})
+        upd = subprocess.run([EXE, "update", str(f), "--index-dir", str(demo_copy), "--no-embed", "-q"],
+                             capture_output=True, text=True)
+        assert upd.returncode == 0, upd.stderr
+        assert h.engine.get([first])[first].title.endswith("(revised)")
+        assert h.delete(works=[first]) == [first] and h.engine.get([first]) == {}
+    gone = subprocess.run([EXE, "update", str(f), "--index-dir", str(tmp_path / "nothing"), "-q"],
+                          capture_output=True, text=True)
+    assert gone.returncode == 2 and "no index at" in one_error_line(gone.stderr)
