@@ -42,6 +42,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop(*procs: subprocess.Popen | None) -> None:  # type: ignore[type-arg]
+    """Terminate the processes (a worker, the redis-server) and wait for each."""
+    for proc in procs:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     t = time.perf_counter()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -80,11 +88,7 @@ def main() -> None:
             ceiling(args.dataset, args.workers, env)
             hdc = hdc_backfill(args.dataset, args.hdc_docs, Path(tmp), env) if args.hdc_docs else None
     finally:
-        if worker is not None:
-            worker.terminate()
-            worker.wait(timeout=60)
-        redis.terminate()
-        redis.wait(timeout=10)
+        stop(worker, redis)
     if hdc is not None:
         n, inline_hdc, celery_hdc = hdc
         print(f"\nHDC backfill of {n} synthetic documents")

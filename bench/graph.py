@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from celery_ingest import free_port, timed
+    from celery_ingest import free_port, stop, timed
 
     from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import graph_at
@@ -81,11 +81,7 @@ def main() -> None:
                 rows.append(("opensearch (graph_at, every chunk updated)", time.perf_counter() - t))
                 assert os_summary.hash == summary.hash
     finally:
-        if worker is not None:
-            worker.terminate()
-            worker.wait(timeout=60)
-        redis.terminate()
-        redis.wait(timeout=10)
+        stop(worker, redis)
 
     print(f"\ncitation graph of {args.dataset.name}")
     print(f"  works {summary.works}, edges {summary.edges} ({summary.oriented} links oriented by date), "
