@@ -76,6 +76,7 @@ def test_write_get_count_and_stats(engine) -> None:
     assert set(got) == {"a", "c"} and got["a"] == DOCS[0] and got["c"] == DOCS[2]
     info = engine.doc_info(["b"])["b"]
     assert info.work_id == "b" and info.authors == ("E. Heine", "É. Borel") and info.venue == "Math. Ann."
+    assert engine.work_chunks(["c", "a", "not-a-work"]) == ["a", "c"] and engine.work_chunks([]) == []
     st = engine.stats()
     assert (st.documents, st.vectors, st.codes) == (3, 3, 3)
     assert {"documents", "vectors", "hdc_codes"} <= set(st.as_dict())
