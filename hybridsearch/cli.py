@@ -317,6 +317,57 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hybridsearch.config import get_settings
+
+    if args.workers < 1:
+        raise HybridSearchError(f"--workers must be >= 1, got {args.workers}")
+    if not Path(args.keys).is_file():
+        raise HybridSearchError(f"--keys {args.keys}: no keys file; `hybridsearch keys add NAME --file "
+                                f"{args.keys}` makes one")
+    if _engine_name(args) == "opensearch":
+        url, index = _opensearch_target(args)
+        spec = {"target": url, "index": index, "options": {"index": index}}
+    else:
+        index_dir = _index_dir(args)
+        if not (index_dir / "store.sqlite").is_file():
+            raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
+        spec = {"target": str(index_dir.resolve()), "index": index_dir.resolve().name, "options": {}}
+    os.environ["HYBRIDSEARCH_SERVE_SPEC"] = json.dumps({**spec, "keys": str(Path(args.keys).resolve())})
+    print(f"serving {spec['index']} on http://{args.host}:{args.port} ({args.workers} worker(s)); ready when "
+          f"/readyz answers 200", file=sys.stderr, flush=True)
+    uvicorn.run("query_service.http:app_from_env", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=int(get_settings().http_shutdown_grace))
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from query_service.keys import KeyStore
+
+    store = KeyStore(Path(args.file))
+    if args.action == "add":
+        rights = _channels(args.rights)
+        key = store.add(args.name, rights, _channels(args.indices) or None)
+        print(f"key {args.name!r} added (rights: {', '.join(rights)}); it is shown once, here:", file=sys.stderr)
+        print(key)
+    elif args.action == "revoke":
+        store.revoke(args.name)
+        print(f"key {args.name!r} revoked")
+    else:
+        keys = store.list()
+        if args.json:
+            print(json.dumps([{"name": k.name, "rights": list(k.rights), "indices": k.indices, "created": k.created,
+                               "revoked": k.revoked} for k in keys], indent=2))
+        else:
+            for k in keys:
+                print(f"{k.name:<24} {','.join(k.rights):<18} {','.join(k.indices or ['*']):<24} "
+                      f"{'revoked' if k.revoked else 'live'}")
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from workers import jobs
     from workers.celery_app import check_broker, redis_url
@@ -646,6 +697,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: %(default)s")
     s.add_argument("--hostname", default="hybridsearch@%h", help="worker name (default: %(default)s)")
     s.set_defaults(func=cmd_worker)
+
+    s = sub.add_parser("serve", parents=[common, engine_opts],
+                       help="serve POST /retrieve over HTTP (FastAPI on uvicorn)",
+                       description="Loads the model and opens the index before /readyz answers 200; SIGTERM lets "
+                       "in-flight requests finish. Example: hybridsearch serve --index-dir idx --keys keys.json "
+                       "--port 8080")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    s.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    s.add_argument("--workers", type=int, default=1, help="server processes, each with its own model (default: 1)")
+    s.add_argument("--keys", required=True, help="the API keys file (`hybridsearch keys add`)")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("keys", help="API keys of the HTTP service")
+    acts = s.add_subparsers(dest="action", required=True, metavar="{add,list,revoke}")
+    k = acts.add_parser("add", help="make a key; it is printed once, as the last line of stdout",
+                        description="Only the key's SHA-256 is stored. Example: hybridsearch keys add analysts "
+                        "--file keys.json --rights open,restricted --indices papers")
+    k.add_argument("name", help="the key's name (letters, digits, - and _); logged instead of the key")
+    k.add_argument("--file", required=True, help="the keys file")
+    k.add_argument("--rights", default="open", help="licence classes it may see: open, restricted (default: open)")
+    k.add_argument("--indices", help="indices it may read, comma-separated (default: all)")
+    k.set_defaults(func=cmd_keys)
+    k = acts.add_parser("list", help="the keys, without their secrets",
+                        description="Example: hybridsearch keys list --file keys.json")
+    k.add_argument("--file", required=True, help="the keys file")
+    k.add_argument("--json", action="store_true", help="print JSON")
+    k.set_defaults(func=cmd_keys)
+    k = acts.add_parser("revoke", help="revoke a key (a running service refuses it at once)",
+                        description="Example: hybridsearch keys revoke analysts --file keys.json")
+    k.add_argument("name", help="the key's name")
+    k.add_argument("--file", required=True, help="the keys file")
+    k.set_defaults(func=cmd_keys)
 
     s = sub.add_parser("demo", parents=[common], help="index the bundled demo corpus and answer sample queries")
     s.add_argument("-k", type=int, default=5, help="results per sample query (default: 5)")

@@ -32,6 +32,18 @@ class Settings(BaseSettings):
     embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description="auto: bfloat16 where the CPU computes it natively, else float32")
     search_max_k: int = Field(default=10_000, ge=1, description="the most results one search may ask for")
+    open_licenses: list[str] = Field(default_factory=lambda: [
+        "CC0-1.0", "CC-BY-4.0", "CC-BY-SA-4.0", "CC-BY-NC-4.0", "CC-BY-NC-SA-4.0", "CC-BY-3.0", "CC-BY-2.0",
+        "public-domain"], description="licences of the `open` class (a JSON list); every other document, "
+        "those without a licence included, is `restricted`")
+    # HTTP query service (hybridsearch serve)
+    http_max_body: int = Field(default=64 * 1024, ge=1024, description="largest request body, bytes (413 above)")
+    http_max_query_chars: int = Field(default=2000, ge=1, description="longest query text (422 above)")
+    http_rate_limit: float = Field(default=50.0, gt=0, allow_inf_nan=False, description="requests per second "
+                                   "per API key (429 with Retry-After above)")
+    http_rate_burst: int = Field(default=100, ge=1, description="requests a key may send at once")
+    http_shutdown_grace: float = Field(default=30.0, gt=0, allow_inf_nan=False, description="seconds in-flight "
+                                       "requests get to finish on SIGTERM")
     # citation graph (indexer/graph.py)
     graph_damping: float = Field(default=0.85, gt=0.0, lt=1.0, description="PageRank damping factor")
     graph_cocited_max: int = Field(default=20, ge=0, description="co-cited works kept per work")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,21 @@ _EXPANSIONS: dict[str, Callable[[str], list[str]]] = {
     "aliases": lambda q: alias_variants(q),
     "voicevault": _voicevault_variants,
 }
+
+
+def visible(filters: Filters | None, rights: Collection[str] | None) -> Filters | None:
+    """The filters with the caller's licence rights applied: without `restricted`, only documents
+    whose licence is one of HYBRIDSEARCH_OPEN_LICENSES pass, in every channel (a pre-filter), so a
+    restricted document is never a result, a seed, evidence or a snippet. None: no restriction."""
+    if rights is None or "restricted" in rights:
+        return filters
+    allowed = list(get_settings().open_licenses) if "open" in rights else []
+    f = filters or Filters()
+    if f.license:
+        wanted = {x.strip().lower() for x in f.license}
+        allowed = [lic for lic in allowed if lic.strip().lower() in wanted]
+    # an empty list would mean "no licence filter": a licence no document has stands for "none"
+    return f.model_copy(update={"license": allowed or ["\x00no-licence-allowed"]})
 
 
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
@@ -102,10 +117,12 @@ class Searcher:
     def search(self, query: str, profile: Profile | str = "hybrid", *, k: int | None = None,
                filters: Filters | None = None, with_documents: bool = False,
                overrides: Mapping[str, Any] | None = None,
-               kb_names: Sequence[str] | None = None, log_extra: Mapping[str, Any] | None = None) -> SearchResult:
+               kb_names: Sequence[str] | None = None, log_extra: Mapping[str, Any] | None = None,
+               rights: Collection[str] | None = None) -> SearchResult:
         """Run a profile; with a query log, queue one record of the search (`log_extra` adds
-        fields to it, e.g. the name of the caller's API key)."""
-        result = self._search(query, profile, k=k, filters=filters, with_documents=with_documents,
+        fields to it, e.g. the name of the caller's API key). With `rights` (licence classes),
+        a document of a class not in it is invisible to every stage (fail closed)."""
+        result = self._search(query, profile, k=k, filters=visible(filters, rights), with_documents=with_documents,
                               overrides=overrides, kb_names=kb_names)
         if self.query_log is not None:
             self.query_log.put(make_record(query, result, **self._log_fields, origin=self.origin, k=k,

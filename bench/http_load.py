@@ -1,0 +1,203 @@
+"""Load on `hybridsearch serve`: a load generator in a second process sends POST /retrieve on
+loopback at 1, 8 and 32 concurrent clients; prints QPS and p50/p95/p99 per profile and corpus.
+
+    python bench/http_load.py [--scifact DIR] [--synthetic 100000] [--seconds 20] [--workers 1]
+
+Corpora:
+- SciFact (`--scifact`, default ../shared/data/scifact): ingested with real MiniLM vectors and
+  HDC codes (cached under .hybridsearch/bench/http-scifact); the queries are its test queries.
+- Synthetic (`--synthetic N`, 0 to skip): N documents made from SciFact's own titles and words
+  (a random title and 40..200 words from the corpus's word stream, seed 0), with synthetic
+  vectors: each document's vector is the normalised mean of fixed random unit vectors of its
+  title's words (seed 0), so that documents sharing title words lie near each other. HDC codes
+  are real. Queries are SciFact's test queries; the service embeds them with the real model.
+
+Each run: the service with one API key (rights open and restricted, rate limit off in effect),
+`--seconds` of load per concurrency level after a warm-up of 20 requests, requests cycling
+through the queries. Errors are any status other than 200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _clients(url: str, key: str, profile: str, queries: list[str], clients: int, seconds: float,
+             out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """The load generator (its own process): `clients` threads, each one request at a time."""
+    import threading
+
+    import httpx
+
+    lat: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {key}"}) as c:
+            n = i
+            while time.perf_counter() < stop_at:
+                t = time.perf_counter()
+                try:
+                    r = c.post(url + "/retrieve", json={"query": queries[n % len(queries)], "profile": profile})
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                dt = time.perf_counter() - t
+                with lock:
+                    lat.append(dt)
+                    errors[0] += 0 if ok else 1
+                n += clients
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    out.put((lat, errors[0], time.perf_counter() - start))
+
+
+def load(url: str, key: str, profile: str, queries: list[str], clients: int, seconds: float) -> dict[str, float]:
+    q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+    p = mp.Process(target=_clients, args=(url, key, profile, queries, clients, seconds, q))
+    p.start()
+    lat, errors, wall = q.get()
+    p.join()
+    ms = sorted(x * 1000 for x in lat)
+
+    def pct(v: float) -> float:
+        return ms[min(len(ms) - 1, int(round(v / 100 * (len(ms) - 1))))] if ms else float("nan")
+
+    return {"requests": len(ms), "errors": errors, "qps": len(ms) / wall, "p50": pct(50), "p95": pct(95),
+            "p99": pct(99), "mean": statistics.fmean(ms) if ms else float("nan")}
+
+
+def serve(idx: Path, keys: Path, workers: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([EXE, "serve", "--index-dir", str(idx), "--keys", str(keys), "--port", str(port),
+                             "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"error: the service exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("error: the service did not become ready in 600 s")
+
+
+def synthetic(scifact: Path, n: int, idx: Path) -> None:
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from hybridsearch.models import Document
+
+    rows = [json.loads(line) for line in (scifact / "corpus.jsonl").open()]
+    words = " ".join(r["text"] for r in rows).split()
+    titles = [r.get("title") or "untitled" for r in rows]
+    rng = random.Random(0)
+    vrng = np.random.default_rng(0)
+    basis: dict[str, np.ndarray] = {}
+
+    def vec(title: str) -> np.ndarray:
+        vs = []
+        for w in title.lower().split():
+            if w not in basis:
+                v = vrng.normal(size=384).astype(np.float32)
+                basis[w] = v / np.linalg.norm(v)
+            vs.append(basis[w])
+        m = np.mean(vs, axis=0) if vs else vrng.normal(size=384).astype(np.float32)
+        return (m / np.linalg.norm(m)).astype(np.float32)
+
+    engine = EmbeddedEngine(idx)
+    enc = engine.hdc_encoder()
+    batch: list[Document] = []
+    for i in range(n):
+        k, at = rng.randint(40, 200), rng.randrange(len(words) - 200)
+        batch.append(Document(id=f"s{i}", title=rng.choice(titles), text=" ".join(words[at:at + k]),
+                              license="CC-BY-4.0"))
+        if len(batch) == 2000 or i == n - 1:
+            engine.write(batch, np.stack([vec(d.title) for d in batch]), [enc.encode_document(d) for d in batch])
+            batch = []
+    engine.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scifact", type=Path, default=ROOT.parent / "shared" / "data" / "scifact")
+    ap.add_argument("--synthetic", type=int, default=100_000)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args()
+    queries = [json.loads(line)["text"] for line in (args.scifact / "queries.jsonl").open()][:300]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HYBRIDSEARCH_QUERY_LOG": "false",
+           "HYBRIDSEARCH_HTTP_RATE_LIMIT": "1000000", "HYBRIDSEARCH_HTTP_RATE_BURST": "1000000"}
+    cache = ROOT / ".hybridsearch" / "bench" / "http-scifact"
+    corpora: list[tuple[str, Path]] = []
+    if not (cache / "store.sqlite").exists():
+        subprocess.run([EXE, "ingest", str(args.scifact), "--index-dir", str(cache), "-q"], env=env, check=True)
+    corpora.append((f"scifact ({sum(1 for _ in (args.scifact / 'corpus.jsonl').open())} docs)", cache))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.synthetic:
+            t = time.perf_counter()
+            synthetic(args.scifact, args.synthetic, Path(tmp) / "synthetic")
+            print(f"built the synthetic corpus of {args.synthetic} documents in {time.perf_counter() - t:.0f} s",
+                  file=sys.stderr)
+            corpora.append((f"synthetic ({args.synthetic} docs)", Path(tmp) / "synthetic"))
+        keys = Path(tmp) / "keys.json"
+        key = subprocess.run([EXE, "keys", "add", "bench", "--file", str(keys), "--rights", "open,restricted"],
+                             env=env, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        for name, idx in corpora:
+            proc, url = serve(idx, keys, args.workers, env)
+            try:
+                for profile in ("hybrid", "kb-fast"):
+                    load(url, key, profile, queries, 1, 3.0)  # warm-up
+                    for clients in (1, 8, 32):
+                        r = load(url, key, profile, queries, clients, args.seconds)
+                        rows.append((name, profile, clients, r))
+                        print(f"  {name:<26} {profile:<8} {clients:>3} clients: {r['qps']:7.1f} QPS, p50 "
+                              f"{r['p50']:7.1f} ms, p95 {r['p95']:7.1f} ms, errors {r['errors']}", file=sys.stderr)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=120)
+    print(f"\nPOST /retrieve on loopback, {os.cpu_count()} cores, {args.workers} server worker(s), "
+          f"{args.seconds:.0f} s per row")
+    print(f"  {'corpus':<26} {'profile':<8} {'clients':>7} {'requests':>8} {'errors':>6} {'QPS':>8} "
+          f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    for name, profile, clients, r in rows:
+        print(f"  {name:<26} {profile:<8} {clients:>7} {r['requests']:>8} {r['errors']:>6} {r['qps']:>8.1f} "
+              f"{r['p50']:>8.1f} {r['p95']:>8.1f} {r['p99']:>8.1f}")
+    worst = max(rows, key=lambda x: x[3]["p95"])[3] if rows else None
+    if worst is not None:
+        print(f"  RFC SLO (p50 <= 1500 ms, p95 <= 4000 ms): worst row p50 {worst['p50']:.1f} ms, p95 "
+              f"{worst['p95']:.1f} ms; margin {4000 / worst['p95']:.0f}x on p95")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""The HTTP query service: RFC-0003 §11's `POST /retrieve`, with health, readiness, profiles,
+Prometheus metrics and the OpenAPI document, behind API keys (`Authorization: Bearer KEY`).
+
+Status codes: 401 missing, unknown or revoked key; 403 an index the key may not read; 404 an
+index this service does not serve; 413 a body over HYBRIDSEARCH_HTTP_MAX_BODY; 422 bad input (a
+JSON problem naming the field); 429 over the key's rate (with Retry-After); 503 not ready. A search
+runs in a worker thread, never on the event loop; the model is loaded once per process, before
+the service says it is ready.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+from hybridsearch import plugins
+from hybridsearch.config import Settings, get_settings
+from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, IndexNotFoundError
+from hybridsearch.models import DateRange, Filters
+from query_service.evidence import EvidenceConfig, pack
+from query_service.keys import ApiKey, KeyStore
+
+Mode = Literal["lookup", "survey", "compare", "prereq", "related"]
+
+
+# -- the contract -------------------------------------------------------------------------------
+class RequestFilters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    date_range: DateRange | None = None
+    subjects: list[str] | None = Field(default=None, max_length=100)
+    sources: list[str] | None = Field(default=None, max_length=100)
+
+
+class RetrieveRequest(BaseModel):
+    """What to retrieve. `overrides` are profile parameters (`max_results`, `min_score`, `gap`,
+    `<channel>.k`, `fuser.<param>`), as `--set` takes them."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1)
+    filters: RequestFilters | None = None
+    mode: Mode | None = None
+    profile: str = Field(default="hybrid", min_length=1, max_length=200)
+    index: str | None = Field(default=None, description="the served index (default: the only one)")
+    k: int | None = Field(default=None, ge=1, le=10_000)
+    overrides: dict[str, float | int | bool | str] = Field(default_factory=dict, max_length=50)
+
+
+class ChannelView(BaseModel):
+    raw: float
+    normalized: float | None
+    rank: int
+
+
+class Candidate(BaseModel):
+    id: str
+    channels: dict[str, ChannelView]
+
+
+class RankedHit(BaseModel):
+    rank: int
+    id: str
+    score: float
+    contributions: dict[str, float]
+    title: str | None = None
+    work_id: str | None = None
+
+
+class RetrieveResponse(BaseModel):
+    query: str
+    index: str
+    candidates: list[Candidate]
+    reranked: list[RankedHit]
+    evidence_pack: dict[str, Any] | None
+    diagnostics: dict[str, Any]
+
+
+# -- state ----------------------------------------------------------------------------------------
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+@dataclass
+class ServiceState:
+    """One process's service: the engine, the searcher, the keys and the metrics."""
+
+    target: str
+    index: str
+    options: dict[str, str]
+    keys: KeyStore
+    settings: Settings
+    ready: bool = False
+    engine: Any = None
+    searcher: Any = None
+    buckets: dict[str, _Bucket] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter("hybridsearch_requests", "HTTP requests", ["endpoint", "status"], registry=r)
+        self.zero = Counter("hybridsearch_zero_results", "retrievals with no result", registry=r)
+        self.ood = Counter("hybridsearch_out_of_domain", "retrievals rejected as out of domain", registry=r)
+        self.degraded = Counter("hybridsearch_degraded", "retrievals that fell back (a stage degraded)", registry=r)
+        self.stage = Histogram("hybridsearch_stage_seconds", "latency per search stage", ["stage"], registry=r,
+                               buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+        self.latency = Histogram("hybridsearch_request_seconds", "latency of POST /retrieve", registry=r,
+                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+
+    def allow(self, key: ApiKey) -> float:
+        """0 when the key may send a request now (one token taken), else seconds until it may."""
+        rate, burst = self.settings.http_rate_limit, self.settings.http_rate_burst
+        now = time.monotonic()
+        with self.lock:
+            b = self.buckets.setdefault(key.name, _Bucket(float(burst), now))
+            b.tokens = min(float(burst), b.tokens + (now - b.at) * rate)
+            b.at = now
+            if b.tokens >= 1:
+                b.tokens -= 1
+                return 0.0
+            return (1 - b.tokens) / rate
+
+
+def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
+    """An RFC 9457 problem document."""
+    return JSONResponse({"type": "about:blank", "title": title, "status": status, "detail": detail, **extra},
+                        status_code=status, media_type="application/problem+json")
+
+
+class Refused(Exception):  # noqa: N818 - a response, not a failure
+    def __init__(self, response: JSONResponse) -> None:
+        self.response = response
+
+
+# -- the app ---------------------------------------------------------------------------------------
+def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, str] | None = None,
+               settings: Settings | None = None) -> FastAPI:
+    """The service for one index: a directory (embedded engine) or an OpenSearch URL with the
+    logical index in `options["index"]`; `index` is the name requests use for it."""
+    state = ServiceState(target, index, options or {}, KeyStore(keys_file), settings or get_settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from starlette.concurrency import run_in_threadpool
+
+        await run_in_threadpool(_open, state)
+        try:
+            yield
+        finally:
+            state.ready = False
+            if state.searcher is not None:
+                state.searcher.close()  # flushes the query log
+            if state.engine is not None:
+                state.engine.close()
+
+    app = FastAPI(title="hybridsearch", version=_version(), lifespan=lifespan,
+                  description="Hybrid retrieval (BM25, dense, HDC, citation) with explained scores.")
+    app.state.service = state
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > state.settings.http_max_body):
+            response: Response = problem(413, "Payload Too Large",
+                                         f"the body may be at most {state.settings.http_max_body} bytes")
+        else:
+            response = await call_next(request)
+        state.requests.labels(request.url.path, str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return exc.response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body", "message": e["msg"]}
+                  for e in exc.errors()]
+        first = errors[0] if errors else {"field": "body", "message": "invalid"}
+        return problem(422, "Unprocessable Content", f"{first['field']}: {first['message']}", errors=errors)
+
+    def caller(request: Request) -> ApiKey:
+        auth = request.headers.get("authorization", "")
+        scheme, _, key = auth.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Refused(problem(401, "Unauthorized", "send `Authorization: Bearer KEY`"))
+        try:
+            found = state.keys.find(key.strip())
+        except ConfigError as e:
+            raise Refused(problem(503, "Service Unavailable", str(e))) from e
+        if found is None:
+            raise Refused(problem(401, "Unauthorized", "unknown or revoked API key"))
+        wait = state.allow(found)
+        if wait > 0:
+            r = problem(429, "Too Many Requests", f"key {found.name!r} is over its rate")
+            r.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+            raise Refused(r)
+        return found
+
+    @app.get("/healthz", summary="liveness")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="readiness: the engine answers and the model is loaded")
+    def readyz() -> JSONResponse:
+        if not state.ready:
+            return problem(503, "Service Unavailable", "starting")
+        try:
+            n = state.engine.count()
+        except HybridSearchError as e:
+            return problem(503, "Service Unavailable", str(e))
+        return JSONResponse({"status": "ready", "index": state.index, "documents": n})
+
+    @app.get("/profiles", summary="the retrieval profiles")
+    def profiles() -> dict[str, Any]:
+        from query_service.searcher import get_profile
+
+        out = {}
+        for name in plugins.names("profiles"):
+            p = get_profile(name)
+            out[name] = {"channels": sorted(p.channels), "fuser": p.fuser, "max_results": p.max_results,
+                         "reranker": p.reranker}
+        return {"profiles": out}
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/retrieve", response_model=RetrieveResponse, summary="retrieve, rerank and pack evidence",
+              responses={401: {}, 403: {}, 404: {}, 413: {}, 422: {}, 429: {}, 503: {}})
+    def retrieve(body: RetrieveRequest, key: ApiKey = Depends(caller)) -> Any:  # noqa: B008
+        return _retrieve(state, body, key)
+
+    return app
+
+
+def _open(state: ServiceState) -> None:
+    """Open the engine and the searcher, and load the model (a first query), before ready."""
+    from hybridsearch.embeddings import default_encoder
+    from hybridsearch.engines import open_engine
+    from query_service.querylog import open_query_log
+    from query_service.searcher import Searcher
+
+    if "://" not in state.target and not (Path(state.target) / "store.sqlite").is_file():
+        raise IndexNotFoundError(f"no index at {state.target}")
+    state.engine = open_engine(state.target, **state.options)
+    state.engine.count()
+    encoder = default_encoder()
+    encoder.encode(["warm up"])  # loads the model now, not on the first request
+    state.searcher = Searcher(state.engine, encoder=encoder, query_log=open_query_log(state.engine), origin="http")
+    state.ready = True
+
+
+def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
+    if not state.ready:
+        raise Refused(problem(503, "Service Unavailable", "starting"))
+    index = body.index or state.index
+    if index != state.index:
+        raise Refused(problem(404, "Not Found", f"this service serves index {state.index!r}, not {index!r}"))
+    if not key.may_read(index):
+        raise Refused(problem(403, "Forbidden", f"key {key.name!r} may not read index {index!r}"))
+    if len(body.query) > state.settings.http_max_query_chars:
+        raise Refused(problem(422, "Unprocessable Content",
+                              f"query: at most {state.settings.http_max_query_chars} characters",
+                              errors=[{"field": "query", "message": "too long"}]))
+    f = body.filters
+    filters = None if f is None else Filters(date_range=f.date_range, subjects=f.subjects, sources=f.sources)
+    start = time.perf_counter()
+    try:
+        if filters is not None and filters.date_range is not None:
+            filters.date_range.bounds()
+        result = state.searcher.search(body.query, body.profile, k=body.k, filters=filters, with_documents=True,
+                                       overrides=body.overrides or None, rights=key.rights,
+                                       log_extra={"key": key.name, "mode": body.mode})
+    except (EngineUnavailableError, IndexNotFoundError) as e:
+        raise Refused(problem(503, "Service Unavailable", str(e))) from e
+    except HybridSearchError as e:  # a bad profile, override or filter value
+        raise Refused(problem(422, "Unprocessable Content", str(e),
+                              errors=[{"field": "body", "message": str(e)}])) from e
+    state.latency.observe(time.perf_counter() - start)
+    diag = result.diagnostics
+    for stage, info in diag.get("stages", {}).items():
+        if isinstance(info, dict) and "ms" in info:
+            state.stage.labels(stage).observe(info["ms"] / 1000)
+    if not result.hits:
+        state.zero.inc()
+    if str(diag.get("reason", "")).startswith("out of domain"):
+        state.ood.inc()
+    if any(k.endswith("degraded") and v for k, v in diag.items()) or "expansion" in diag:
+        state.degraded.inc()
+    evidence = result.evidence
+    if evidence is None and result.hits:
+        docs = {h.id: h.document for h in result.hits if h.document is not None}
+        evidence = pack(body.query, [h.id for h in result.hits], [h.score for h in result.hits], docs,
+                        EvidenceConfig())
+    return RetrieveResponse(
+        query=body.query, index=index,
+        candidates=[Candidate(id=h.id, channels={c: ChannelView(raw=s.raw, normalized=s.normalized, rank=s.rank)
+                                                 for c, s in h.channels.items()}) for h in result.hits],
+        reranked=[RankedHit(rank=h.rank, id=h.id, score=h.score, contributions=h.contributions,
+                            title=h.document.title if h.document else None,
+                            work_id=h.document.work_id if h.document else None) for h in result.hits],
+        evidence_pack=None if evidence is None else evidence.model_dump(),
+        diagnostics={**diag, "mode": body.mode})
+
+
+def _version() -> str:
+    from hybridsearch import __version__
+
+    return __version__
+
+
+def app_from_env() -> FastAPI:
+    """The app `hybridsearch serve` runs in each uvicorn worker (its spec in HYBRIDSEARCH_SERVE_SPEC)."""
+    import json
+    import os
+
+    spec = json.loads(os.environ["HYBRIDSEARCH_SERVE_SPEC"])
+    return create_app(spec["target"], index=spec["index"], keys_file=Path(spec["keys"]), options=spec["options"])

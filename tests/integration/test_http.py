@@ -1,0 +1,222 @@
+"""The HTTP query service: real uvicorn (`hybridsearch serve`) on loopback, driven by httpx."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
+RESTRICTED = [{"id": "secret-brouwer", "title": "Brouwer fixed point theorem, licensed notes",
+               "text": "A restricted lecture note on the Brouwer fixed point theorem and retractions.",
+               "license": "proprietary"},
+              {"id": "unlicensed-brouwer", "title": "Brouwer fixed point theorem without a licence",
+               "text": "Every continuous map of the ball has a fixed point; no licence is recorded."}]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _key(keys: Path, name: str, *extra: str) -> str:
+    out = subprocess.run([EXE, "keys", "add", name, "--file", str(keys), *extra], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, demo_index):
+    """`hybridsearch serve` over a copy of the demo index plus two restricted documents."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("http")
+    idx = root / "papers"
+    shutil.copytree(demo_index, idx, ignore=shutil.ignore_patterns("owner.lock"))
+    extra = root / "restricted.jsonl"
+    extra.write_text("".join(json.dumps(r) + "\n" for r in RESTRICTED))
+    env = {**os.environ, "HYBRIDSEARCH_QUERY_LOG_DIR": str(root / "querylog"), "HYBRIDSEARCH_HTTP_RATE_LIMIT": "5",
+           "HYBRIDSEARCH_HTTP_RATE_BURST": "40", "HYBRIDSEARCH_HTTP_MAX_QUERY_CHARS": "300"}
+    assert subprocess.run([EXE, "ingest", str(extra), "--index-dir", str(idx), "-q"], env=env,
+                          capture_output=True).returncode == 0
+    keys = root / "keys.json"
+    k = {"open": _key(keys, "readers"), "all": _key(keys, "staff", "--rights", "open,restricted"),
+         "other": _key(keys, "elsewhere", "--indices", "another-index"), "revoked": _key(keys, "gone")}
+    subprocess.run([EXE, "keys", "revoke", "gone", "--file", str(keys)], check=True, capture_output=True)
+    port = _port()
+    proc = subprocess.Popen([EXE, "serve", "--index-dir", str(idx), "--keys", str(keys), "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.time() < deadline, "the service did not become ready"
+        time.sleep(0.3)
+    yield {"url": url, "keys": k, "keys_file": keys, "root": root, "proc": proc, "env": env, "idx": idx}
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _post(svc, key: str | None, body: dict | str, **kw) -> httpx.Response:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    if isinstance(body, str):
+        return httpx.post(svc["url"] + "/retrieve", content=body, headers={**headers, "content-type":
+                                                                           "application/json"}, timeout=60, **kw)
+    return httpx.post(svc["url"] + "/retrieve", json=body, headers=headers, timeout=60, **kw)
+
+
+@pytest.mark.integration
+def test_retrieve_contract(service) -> None:
+    r = _post(service, service["keys"]["all"], {"query": "Brouwer fixed point theorem", "k": 5, "mode": "lookup",
+                                                "filters": {"subjects": ["topology"]}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert {"candidates", "reranked", "evidence_pack", "diagnostics"} <= set(body)
+    assert body["reranked"][0]["id"].startswith("topo-brouwer") and len(body["reranked"]) <= 5
+    for hit in body["reranked"]:
+        assert sum(hit["contributions"].values()) == pytest.approx(hit["score"], abs=1e-9)
+    assert all(c["channels"] for c in body["candidates"])
+    assert body["evidence_pack"]["items"] and body["diagnostics"]["stages"]["channels"]["hits"]
+    assert body["diagnostics"]["mode"] == "lookup"
+    assert httpx.get(service["url"] + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(service["url"] + "/readyz").json()["documents"] == 244
+    assert "hybrid" in httpx.get(service["url"] + "/profiles").json()["profiles"]
+    assert "/retrieve" in httpx.get(service["url"] + "/openapi.json").json()["paths"]
+
+
+@pytest.mark.integration
+def test_status_codes(service) -> None:
+    k = service["keys"]
+    cases = [
+        (None, {"query": "x"}, 401, "Authorization: Bearer"),
+        ("hs_not-a-key", {"query": "x"}, 401, "unknown or revoked"),
+        (k["revoked"], {"query": "x"}, 401, "unknown or revoked"),
+        (k["other"], {"query": "x"}, 403, "may not read index 'papers'"),
+        (k["all"], {"query": "x", "index": "nope"}, 404, "serves index 'papers'"),
+        (k["all"], {"query": "x", "k": 0}, 422, "k:"),
+        (k["all"], {"query": "x", "filters": {"date_range": {"gte": "19x5"}}}, 422, "YYYY"),
+        (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
+        (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
+        (k["all"], {"query": "q" * 301}, 422, "query"),
+        (k["all"], "{not json", 422, ""),
+        (k["all"], {"query": "x" * 70_000}, 413, "at most"),
+    ]
+    for key, body, status, text in cases:
+        r = _post(service, key, body)
+        assert r.status_code == status, (body if isinstance(body, str) else list(body), r.status_code, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json") and text in r.text, r.text
+    # a key revoked while the service runs is refused at its next request
+    key = _key(service["keys_file"], "temp")
+    assert _post(service, key, {"query": "compact space", "profile": "lexical"}).status_code == 200
+    subprocess.run([EXE, "keys", "revoke", "temp", "--file", str(service["keys_file"])], check=True)
+    listed = subprocess.run([EXE, "keys", "list", "--file", str(service["keys_file"]), "--json"],
+                            capture_output=True, text=True, check=True).stdout
+    assert key not in listed and key not in service["keys_file"].read_text()
+    assert {"name": "temp"}.items() <= next(k for k in json.loads(listed) if k["name"] == "temp").items()
+    assert _post(service, key, {"query": "compact space", "profile": "lexical"}).status_code == 401
+    # over the key's rate (5/s, burst 40): 429 with Retry-After
+    key = _key(service["keys_file"], "burst")
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: _post(service, key, {"query": "compact", "profile": "lexical"}),
+                              range(60)))
+    limited = [r for r in codes if r.status_code == 429]
+    assert limited and all(int(r.headers["Retry-After"]) >= 1 for r in limited)
+    assert {r.status_code for r in codes} <= {200, 429}
+    metrics = httpx.get(service["url"] + "/metrics").text
+    assert 'hybridsearch_requests_total{endpoint="/retrieve",status="429"}' in metrics
+    assert 'hybridsearch_requests_total{endpoint="/retrieve",status="401"}' in metrics
+    assert "hybridsearch_stage_seconds_bucket" in metrics
+
+
+@pytest.mark.integration
+def test_licence_rights_fail_closed(service) -> None:
+    secret = {r["id"] for r in RESTRICTED}
+    for profile in ("hybrid", "lexical", "kb-balanced", "semantic"):
+        body = {"query": "Brouwer fixed point theorem licensed notes", "k": 20, "profile": profile}
+        open_r = _post(service, service["keys"]["open"], body).json()
+        seen = ({h["id"] for h in open_r["reranked"]} | {c["id"] for c in open_r["candidates"]}
+                | {i["id"] for i in (open_r["evidence_pack"] or {"items": []})["items"]})
+        assert not seen & secret, (profile, seen & secret)
+        text = json.dumps(open_r)
+        assert "restricted lecture note" not in text and "no licence is recorded" not in text
+    full = _post(service, service["keys"]["all"], {"query": "Brouwer fixed point theorem licensed notes", "k": 20,
+                                                   "profile": "lexical"}).json()
+    assert secret <= {h["id"] for h in full["reranked"]}
+
+
+@pytest.mark.integration
+def test_each_request_is_logged_without_its_key(service) -> None:
+    marker = f"logged query {time.time_ns()}"
+    assert _post(service, service["keys"]["open"], {"query": marker, "profile": "lexical"}).status_code == 200
+    logdir = service["root"] / "querylog"
+    deadline = time.time() + 20
+    while True:
+        records = [json.loads(line) for f in logdir.glob("*.jsonl") for line in f.read_text().splitlines()]
+        mine = [r for r in records if r["query"] == marker]
+        if mine or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(mine) == 1 and mine[0]["key"] == "readers" and mine[0]["origin"] == "http"
+    assert {"ms", "stage_ms", "hits", "zero_result", "out_of_domain", "profile"} <= set(mine[0])
+    text = "".join(f.read_text() for f in logdir.glob("*.jsonl"))
+    assert not any(key in text for key in service["keys"].values())
+
+
+@pytest.mark.integration
+def test_openapi_fuzzing_finds_no_server_error(service) -> None:
+    out = subprocess.run([str(Path(sys.executable).with_name("schemathesis")), "run",
+                          service["url"] + "/openapi.json", "--checks", "not_a_server_error",
+                          "--max-examples", "25", "-H", f"Authorization: Bearer {service['keys']['all']}",
+                          "--seed", "1"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+
+
+@pytest.mark.integration
+def test_sigterm_lets_requests_in_flight_finish(service) -> None:
+    """Last in this module: it stops the service. Every request sent before SIGTERM gets its 200."""
+    import threading
+
+    proc, key = service["proc"], _key(service["keys_file"], "shutdown", "--rights", "open,restricted")
+    n = 12
+    barrier = threading.Barrier(n + 1)
+
+    def one(i: int) -> tuple[float, int]:
+        with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {key}"}) as c:
+            c.get(service["url"] + "/healthz")  # connected before the signal
+            barrier.wait()
+            sent = time.monotonic()
+            try:
+                r = c.post(service["url"] + "/retrieve", json={"query": f"compact Hausdorff space {i}", "k": 200,
+                                                               "overrides": {"bm25.k": 2000, "dense.k": 2000}})
+                return sent, r.status_code
+            except httpx.HTTPError:
+                return sent, 0
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(one, i) for i in range(n)]
+        barrier.wait()
+        time.sleep(0.2)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        results = [f.result() for f in futures]
+    in_flight = [code for sent, code in results if sent < signalled - 0.05]
+    assert len(in_flight) >= n // 2 and in_flight == [200] * len(in_flight), results
+    # uvicorn ends by re-raising the signal, so a supervisor sees how the process stopped
+    assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
