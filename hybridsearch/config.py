@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -89,14 +90,25 @@ class Settings(BaseSettings):
     opensearch_start_timeout: float = Field(default=180.0, gt=0)
 
 
+_cache: tuple[tuple[tuple[str, str], ...], Settings] | None = None
+
+
 def get_settings() -> Settings:
-    """The settings from the environment; a bad value is one ConfigError naming its variable."""
+    """The settings from the environment; a bad value is one ConfigError naming its variable.
+    Built again only when a HYBRIDSEARCH_* variable changed (building them costs milliseconds,
+    and the query path asks for them on every search)."""
+    global _cache
     from pydantic import ValidationError
 
     from hybridsearch.errors import ConfigError
 
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("HYBRIDSEARCH_")))
+    if _cache is not None and _cache[0] == env:
+        return _cache[1]
     try:
-        return Settings()
+        settings = Settings()
+        _cache = (env, settings)
+        return settings
     except ValidationError as e:
         err = e.errors()[0]
         name = "HYBRIDSEARCH_" + "__".join(str(p) for p in err["loc"]).upper()
