@@ -314,7 +314,17 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
                             title=h.document.title if h.document else None,
                             work_id=h.document.work_id if h.document else None) for h in result.hits],
         evidence_pack=None if evidence is None else evidence.model_dump(),
-        diagnostics={**diag, "mode": body.mode})
+        diagnostics={**diag, "mode": body.mode, "confidence": _confidence([h.score for h in result.hits])})
+
+
+def _confidence(scores: list[float]) -> dict[str, float | None]:
+    """How clear the answer is: the top final score, and the margin (s1 - s2) / s1 between the first
+    two (None when undefined)."""
+    if not scores:
+        return {"top_score": None, "margin": None}
+    s1 = scores[0]
+    margin = (s1 - scores[1]) / s1 if len(scores) > 1 and s1 > 0 else None
+    return {"top_score": s1, "margin": margin}
 
 
 def _version() -> str:

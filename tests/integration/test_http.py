@@ -93,7 +93,7 @@ def test_retrieve_contract(service) -> None:
         assert sum(hit["contributions"].values()) == pytest.approx(hit["score"], abs=1e-9)
     assert all(c["channels"] for c in body["candidates"])
     assert body["evidence_pack"]["items"] and body["diagnostics"]["stages"]["channels"]["hits"]
-    assert body["diagnostics"]["mode"] == "lookup"
+    assert body["diagnostics"]["mode"] == "lookup" and 0 <= body["diagnostics"]["confidence"]["margin"] <= 1
     assert httpx.get(service["url"] + "/healthz").json() == {"status": "ok"}
     assert httpx.get(service["url"] + "/readyz").json()["documents"] == 244
     assert "hybrid" in httpx.get(service["url"] + "/profiles").json()["profiles"]
