@@ -132,9 +132,10 @@ def test_status_codes(service) -> None:
     assert _post(service, key, {"query": "compact space", "profile": "lexical"}).status_code == 401
     # over the key's rate (5/s, burst 40): 429 with Retry-After
     key = _key(service["keys_file"], "burst")
-    with ThreadPoolExecutor(8) as pool:
+    # 200 requests: to stay under the limit they would have to take 160 ms each; a lexical one takes ~6
+    with ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda _: _post(service, key, {"query": "compact", "profile": "lexical"}),
-                              range(60)))
+                              range(200)))
     limited = [r for r in codes if r.status_code == 429]
     assert limited and all(int(r.headers["Retry-After"]) >= 1 for r in limited)
     assert {r.status_code for r in codes} <= {200, 429}
