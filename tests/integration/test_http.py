@@ -184,7 +184,7 @@ def test_openapi_fuzzing_finds_no_server_error(service) -> None:
     out = subprocess.run([str(Path(sys.executable).with_name("schemathesis")), "run",
                           service["url"] + "/openapi.json", "--checks", "not_a_server_error",
                           "--max-examples", "25", "-H", f"Authorization: Bearer {service['keys']['all']}",
-                          "--seed", "1"], capture_output=True, text=True, timeout=600)
+                          "--seed", "1"], capture_output=True, text=True, timeout=600, cwd=service["root"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
 
 

@@ -99,7 +99,7 @@ def add_parsers(sub: Any) -> None:
                    "hybridsearch)")
     s.add_argument("--location", help="directory, relative to the node's path.repo (default: the repository name)")
     s = acts.add_parser("create", parents=[common, repo], help="snapshot the live version of logical indices")
-    s.add_argument("name", help="the logical index (its alias)")
+    s.add_argument("name", help="the snapshot's name")
     s.add_argument("--index", action="append", help="logical index (repeatable; default: all)")
     acts.add_parser("list", parents=[common, repo], help="snapshots in the repository")
     s = acts.add_parser("restore", parents=[common, repo, yes], help="restore logical indices with their aliases "
