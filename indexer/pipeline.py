@@ -13,9 +13,10 @@ import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
+from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, is_url, open_engine
-from hybridsearch.engines.embedded.store import Store, hash_text
+from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
@@ -137,9 +138,9 @@ def count_records(path: Path) -> int | None:
 
 
 def _embed(encoder: Encoder, batch: Sequence[Document], progress: Callable[[float], None]) -> np.ndarray:
-    """The batch's vectors, encoded in slices of 16 (about a second of work on two cores) so
-    that the progress bar moves at least that often."""
-    step = 16
+    """The batch's vectors, encoded one model batch (HYBRIDSEARCH_EMBEDDING_BATCH_SIZE, 16: about a
+    second of work on two cores) at a time so that the progress bar moves at least that often."""
+    step = get_settings().embedding_batch_size
     parts = []
     for i in range(0, len(batch), step):
         parts.append(encoder.encode([d.dense_text for d in batch[i:i + step]]))
@@ -212,10 +213,12 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     index applies them. Only chunks without a vector for their current text are embedded, so a
     batch run twice does nothing the second time; unknown ids are skipped. Returns how many were
     embedded."""
+    def into_store(store: Store, docs: list[Document]) -> None:
+        texts = [d.dense_text for d in docs]
+        store.set_vectors([d.id for d in docs], encoder.encode(texts), encoder.name, texts=texts, only_missing=True)
+
     return _derive_at(target, ids, index, "vectors", lambda engine, docs: embed_ids(engine, encoder, docs),
-                      lambda store, docs: store.set_vectors(
-                          [d.id for d in docs], encoder.encode([d.dense_text for d in docs]), encoder.name,
-                          hashes=[str(hash_text(d.dense_text)) for d in docs], only_missing=True))
+                      into_store)
 
 
 def _derive_at(target: str, ids: Sequence[str], index: str | None, what: str,

@@ -161,7 +161,7 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
     """The plain functions the tasks call: a batch run twice does nothing the second time (no second
     journal entry), a result for text that changed meanwhile is dropped, and a directory that is
     not an index is refused, never created."""
-    from hybridsearch.engines.embedded.store import Store, hash_text
+    from hybridsearch.engines.embedded.store import Store
     from hybridsearch.errors import IndexNotFoundError
     from indexer.pipeline import embed_ids_at, encode_hdc_ids, graph_at
 
@@ -183,7 +183,7 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
     engine.write([docs[0].model_copy(update={"text": "a different statement"})])
     engine.close()
     stale = encoder.encode([docs[0].dense_text])
-    assert store.set_vectors([ids[0]], stale, encoder.name, hashes=[str(hash_text(docs[0].dense_text))],
+    assert store.set_vectors([ids[0]], stale, encoder.name, texts=[docs[0].dense_text],
                              only_missing=True) == 0
     store.close()
     assert embed_ids_at(target, encoder, ids) == 1  # the new text is embedded once

@@ -34,7 +34,7 @@ from hybridsearch.engines import (
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
-from hybridsearch.engines.embedded.store import HDC_FIELDS, Store, hash_text
+from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
 from hybridsearch.errors import EngineError, QueryError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
@@ -83,10 +83,10 @@ class EmbeddedEngine:
         another store, ahead of the journal, or unreadable is rebuilt from the journal, with a
         warning that says so."""
         store_id, max_seq = self.store.store_id, self.store.max_seq()
-        stored = self.store.get_meta("lexicon")
-        check_lexicon(None if stored is None else json.loads(stored), self.analyzer, str(self.path))
+        stored = self.get_meta("lexicon")
+        check_lexicon(stored, self.analyzer, str(self.path))
         if stored is None:
-            self.store.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
+            self.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
         self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner, store_id=store_id)
         if self.owner and self.bm25_index.applied_seq > max_seq:
             self.bm25_index.reset("it is ahead of the journal (built from another store)")
@@ -200,9 +200,8 @@ class EmbeddedEngine:
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
         vectors = check_vectors(vectors, len(ids), self.dim)
-        hashes = None if texts is None else [str(hash_text(t)) for t in texts]
         with self._lock:
-            n = self.store.set_vectors(list(ids), vectors, self.model, hashes=hashes)
+            n = self.store.set_vectors(list(ids), vectors, self.model, texts=texts)
             self._catch_up()
             return n
 

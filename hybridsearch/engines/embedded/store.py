@@ -177,10 +177,11 @@ class Store:
         return n
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str, *,
-                    hashes: Sequence[str] | None = None, only_missing: bool = False) -> int:
-        """Store vectors computed after ingest (workers: with the dense-text hashes they embedded
-        and only_missing, so a stale or repeated result is dropped); journal op 'vector'."""
+                    texts: Sequence[str] | None = None, only_missing: bool = False) -> int:
+        """Store vectors computed after ingest (workers: with the dense texts they embedded and
+        only_missing, so a stale or repeated result is dropped); journal op 'vector'."""
         rows = ((model, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors)
+        hashes = None if texts is None else [str(hash_text(t)) for t in texts]
         return self._set_derived(ids, rows, "vectors", "vector", hashes=hashes, only_missing=only_missing)
 
     def set_codes(self, ids: Sequence[str], codes: Sequence[Mapping[str, np.ndarray]], *,
