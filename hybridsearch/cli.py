@@ -44,10 +44,14 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Engine:
     if _engine_name(args) == "opensearch":
         url, index = _opensearch_target(args)
         return open_engine(url, index=index)
+    return open_engine(str(_existing_index_dir(args) if must_exist else _index_dir(args)))
+
+
+def _existing_index_dir(args: argparse.Namespace) -> Path:
     index_dir = _index_dir(args)
-    if must_exist and not (index_dir / "store.sqlite").exists():
+    if not (index_dir / "store.sqlite").exists():
         raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
-    return open_engine(str(index_dir))
+    return index_dir
 
 
 def _engine_name(args: argparse.Namespace) -> str:
@@ -176,8 +180,6 @@ def _filters(args: argparse.Namespace) -> Any:
     from hybridsearch.models import DateRange, Filters
 
     dates = DateRange(gte=args.date_from, lte=args.date_to) if args.date_from or args.date_to else None
-    if dates is not None:
-        dates.bounds()  # YYYY or YYYY-MM, one clear line otherwise
     f = Filters(date_range=dates, subjects=args.subject, sources=args.source, kind=args.kind, license=args.license)
     return None if f.is_empty() else f
 
@@ -331,10 +333,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         url, index = _opensearch_target(args)
         spec = {"target": url, "index": index, "options": {"index": index}}
     else:
-        index_dir = _index_dir(args)
-        if not (index_dir / "store.sqlite").is_file():
-            raise HybridSearchError(f"no index at {index_dir}; run `hybridsearch ingest PATH` first")
-        spec = {"target": str(index_dir.resolve()), "index": index_dir.resolve().name, "options": {}}
+        index_dir = _existing_index_dir(args).resolve()
+        spec = {"target": str(index_dir), "index": index_dir.name, "options": {}}
     os.environ["HYBRIDSEARCH_SERVE_SPEC"] = json.dumps({**spec, "keys": str(Path(args.keys).resolve())})
     print(f"serving {spec['index']} on http://{args.host}:{args.port} ({args.workers} worker(s)); ready when "
           f"/readyz answers 200", file=sys.stderr, flush=True)

@@ -280,8 +280,6 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
     filters = None if f is None else Filters(date_range=f.date_range, subjects=f.subjects, sources=f.sources)
     start = time.perf_counter()
     try:
-        if filters is not None and filters.date_range is not None:
-            filters.date_range.bounds()
         result = state.searcher.search(body.query, body.profile, k=body.k, filters=filters, with_documents=True,
                                        overrides=body.overrides or None, rights=key.rights,
                                        log_extra={"key": key.name, "mode": body.mode})

@@ -55,13 +55,19 @@ def visible(filters: Filters | None, rights: Collection[str] | None) -> Filters 
     return f.model_copy(update={"license": allowed or ["\x00no-licence-allowed"]})
 
 
+def check_k(k: int) -> int:
+    """A result count between 1 and HYBRIDSEARCH_SEARCH_MAX_K, else one QueryError."""
+    most = get_settings().search_max_k
+    if not 1 <= k <= most:
+        raise QueryError(f"k must be between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {k}")
+    return k
+
+
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
     """A profile for an explicit channel list, named like eval runs: `bm25+dense:rrf`."""
     if not channels:
         raise QueryError(f"no channel named; valid: {', '.join(plugins.names('channels'))}")
-    most = get_settings().search_max_k
-    if not 1 <= k <= most:
-        raise QueryError(f"k must be between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {k}")
+    check_k(k)
     name = "+".join(channels) + (f":{fuser}" if len(channels) > 1 else "")
     return Profile(name=name, channels={c: ChannelSpec(k=k) for c in channels}, fuser=fuser,
                    max_results=k)
@@ -143,10 +149,7 @@ class Searcher:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         if overrides:
             prof = prof.with_overrides(overrides)
-        limit = k if k is not None else prof.max_results
-        most = get_settings().search_max_k
-        if not 1 <= limit <= most:
-            raise QueryError(f"k must be between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {limit}")
+        limit = check_k(k if k is not None else prof.max_results)
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
         expand = _EXPANSIONS.get(prof.expansion or "")
         ctx = QueryContext(query, filters, self.encoder, variants=expand(query) if expand else ())
