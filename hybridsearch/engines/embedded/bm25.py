@@ -8,6 +8,7 @@ import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import tantivy
 
@@ -56,9 +57,10 @@ class Bm25Index:
             if owner:
                 path.mkdir(parents=True, exist_ok=True)
                 try:
-                    if (path / "meta.json").exists() and _stored_format(path) != _FORMAT:
+                    applied = _applied(path)
+                    if (path / "meta.json").exists() and int(applied.get("format", 1)) != _FORMAT:
                         raise ValueError("written in another format")
-                    if _stored_store(path) not in (None, store_id):
+                    if applied.get("store") not in (None, "", store_id):
                         self.rebuilt = "it was built from another store"
                         raise ValueError(self.rebuilt)
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
@@ -90,9 +92,8 @@ class Bm25Index:
             self.rebuilt = why
 
     def _read_applied(self) -> None:
-        try:
-            data = json.loads((self.path / _APPLIED).read_text())
-        except (OSError, ValueError):
+        data = _applied(self.path)
+        if not data:
             return
         self.applied_seq = int(data.get("seq", 0))
         self.fields_present = set(data.get("fields", []))
@@ -227,17 +228,11 @@ class Bm25Index:
                 self._writer = None
 
 
-def _stored_store(path: Path) -> str | None:
-    """The store id the index was built from (None when unrecorded)."""
+def _applied(path: Path) -> dict[str, Any]:
+    """What the owner recorded with its last commit (applied seq, fields, format, store id); {}
+    when nothing readable is there."""
     try:
-        value = json.loads((path / _APPLIED).read_text()).get("store")
+        data = json.loads((path / _APPLIED).read_text())
     except (OSError, ValueError):
-        return None
-    return str(value) if value else None
-
-
-def _stored_format(path: Path) -> int:
-    try:
-        return int(json.loads((path / _APPLIED).read_text()).get("format", 1))
-    except (OSError, ValueError):
-        return 1
+        return {}
+    return data if isinstance(data, dict) else {}

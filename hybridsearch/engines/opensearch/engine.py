@@ -239,11 +239,15 @@ class OpenSearchEngine:
         return name, meta
 
     def _concrete_index(self) -> str:
-        name, meta = self._live("read alias")
+        return self._ours("read alias")[0]
+
+    def _ours(self, what: str) -> tuple[str, dict[str, Any]]:
+        """The live version and its metadata, refusing an index hybridsearch did not make."""
+        name, meta = self._live(what)
         if meta.get("index") != self.index:
             raise ConfigError(f"index: {self.index!r} at {self.url} was not made by hybridsearch (its index "
                               f"{name} carries no hybridsearch metadata)")
-        return name
+        return name, meta
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
@@ -503,7 +507,8 @@ class OpenSearchEngine:
             self.client.indices.put_mapping(index=self.write_alias, body={"_meta": {"hybridsearch": meta}})
 
     def stats(self) -> EngineStats:
-        index = self._concrete_index()
+        index, meta = self._ours("stats")
+        graph = GraphSummary.of(meta.get("meta", {}).get("graph"))
         with self._errors("stats"):
             st = self.client.indices.stats(index=index, metric="docs,store")["indices"][index]["primaries"]
         return EngineStats(self.count(), self._count({"exists": {"field": "dense"}}),
@@ -512,7 +517,7 @@ class OpenSearchEngine:
                                "write_alias": self.write_alias, "knn_engine": self.knn_engine,
                                "space_type": self.space_type, "store_bytes": st["store"]["size_in_bytes"],
                                "lucene_docs": st["docs"]["count"],
-                               "graph": None if (g := self.graph_summary()) is None else g.as_dict()})
+                               "graph": None if graph is None else graph.as_dict()})
 
     # -- lexical --------------------------------------------------------------------------------
     def bm25(self, query: str | Sequence[tuple[str, float]], fields: Mapping[str, float] | None = None,
