@@ -29,6 +29,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from hybridsearch.analysis import default_analyzer  # noqa: E402
+from hybridsearch.config import get_settings  # noqa: E402
 from hybridsearch.embeddings import Encoder, default_encoder  # noqa: E402
 from hybridsearch.engines import Bm25Options, Engine  # noqa: E402
 from hybridsearch.engines.embedded import EmbeddedEngine  # noqa: E402
@@ -191,7 +192,8 @@ def peer_search(engine: OpenSearchEngine, pipeline: str, bm25: Bm25Config, enc: 
     response."""
     vector = enc.encode([text])[0]
     terms = merge_term_weights([(t, 1.0) for t in default_analyzer().analyze(text)])
-    body = Q.hybrid_query(terms, bm25.fields, vector.tolist(), DEPTH, None, bm25.mode, bm25.tie_breaker)
+    body = Q.hybrid_query(terms, bm25.fields, vector.tolist(), DEPTH, None, bm25.mode, bm25.tie_breaker,
+                           get_settings().opensearch_ef_search)
     if not terms:  # an empty bool would match every document; our channel returns nothing
         body["query"]["hybrid"]["queries"][0] = {"match_none": {}}
     body["track_total_hits"] = False  # as our channels' requests (accepted by the hybrid query in 2.19)

@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     opensearch_timeout: float = Field(default=30.0, gt=0)
     opensearch_index: str = "hybridsearch"
     opensearch_knn_engine: Literal["lucene", "faiss"] = "lucene"
+    opensearch_ef_search: int = Field(default=100, ge=1, le=10_000, description="vectors an HNSW search examines "
+                                      "at least (query-time ef_search; more for a larger k)")
     opensearch_bulk_docs: int = Field(default=250, ge=1, description="documents per bulk request")
     opensearch_bulk_threads: int = Field(default=2, ge=1, description="bulk requests in flight at once")
     opensearch_bulk_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="bytes per bulk request")

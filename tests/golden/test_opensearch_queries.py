@@ -50,7 +50,11 @@ def test_knn_with_efficient_filtering() -> None:
     assert body == {"size": 7, **Q.HITS_BY_ID, "query": {"knn": {"dense": {
         "vector": [0.5, -0.5], "k": 7, "filter": {"bool": {"filter": FILTER_CLAUSES}},
         "method_parameters": {"ef_search": 200}}}}}
-    assert "filter" not in Q.knn_query("hdc_topic", [99, -56], 3, None)["query"]["knn"]["hdc_topic"]
+    clause = Q.knn_query("hdc_topic", [99, -56], 3, None, ef_search=100)["query"]["knn"]["hdc_topic"]
+    assert "filter" not in clause and clause["method_parameters"] == {"ef_search": 100}
+    # k above ef_search: the search examines k vectors
+    assert Q.knn_query("dense", [0.5], 500, None, ef_search=100)["query"]["knn"]["dense"]["method_parameters"] == {
+        "ef_search": 500}
 
 
 def test_exact_scores_by_the_knn_script() -> None:
@@ -67,7 +71,7 @@ def test_statistics_and_the_peer_hybrid_query() -> None:
                                                          "text\tgap": {"term": {"bm25.text": "gap"}}}}}}
     assert df["track_total_hits"] is True and df["size"] == 0
     assert Q.length_sum_query(["title"])["aggs"] == {"title": {"sum": {"field": "bm25_len.title"}}}
-    hy = Q.hybrid_query({"gap": 1.0}, {"title": 1.0}, [0.1], 100, None, "most_fields", 0.2)
+    hy = Q.hybrid_query({"gap": 1.0}, {"title": 1.0}, [0.1], 100, None, "most_fields", 0.2, 100)
     assert hy["query"]["hybrid"]["pagination_depth"] == 100
     assert [next(iter(q)) for q in hy["query"]["hybrid"]["queries"]] == ["bool", "knn"]
 

@@ -583,7 +583,8 @@ class OpenSearchEngine:
         if k <= 0:
             return RankedList.of("dense", [], [])
         v = self._query_vector(vec)
-        hits = self._search(Q.knn_query("dense", v, k, filters), "knn")["hits"]["hits"]
+        body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search)
+        hits = self._search(body, "knn")["hits"]["hits"]
         return RankedList.of("dense", [Q.hit_id(h) for h in hits],
                              [Q.cosine_from_score(float(h["_score"]), self.space_type) for h in hits])
 
@@ -614,7 +615,8 @@ class OpenSearchEngine:
         q = self._code(code, field)
         if k <= 0:
             return RankedList.of(f"hdc:{field}", [], [])
-        hits = self._search(Q.knn_query(f"hdc_{field}", q, k, filters), "hamming")["hits"]["hits"]
+        body = Q.knn_query(f"hdc_{field}", q, k, filters, self.settings.opensearch_ef_search)
+        hits = self._search(body, "hamming")["hits"]["hits"]
         return RankedList.of(f"hdc:{field}", [Q.hit_id(h) for h in hits],
                              [Q.hamming_similarity(float(h["_score"])) for h in hits])
 

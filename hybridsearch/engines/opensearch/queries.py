@@ -150,15 +150,14 @@ def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, 
 
 
 def knn_query(field: str, vector: Sequence[float] | Sequence[int], k: int, filters: Filters | None,
-              ef_search: int | None = None) -> dict[str, Any]:
+              ef_search: int) -> dict[str, Any]:
     """Approximate kNN on `field` with efficient filtering (the filter inside the knn clause, so
-    k hits come back whenever k documents pass it)."""
-    clause: dict[str, Any] = {"vector": list(vector), "k": k}
+    k hits come back whenever k documents pass it). The HNSW search examines max(k, ef_search)
+    vectors on both engines: Lucene otherwise examines only k (a greedy walk at k=1)."""
+    clause: dict[str, Any] = {"vector": list(vector), "k": k, "method_parameters": {"ef_search": max(k, ef_search)}}
     flt = _knn_filter(filters)
     if flt is not None:
         clause["filter"] = flt
-    if ef_search is not None:
-        clause["method_parameters"] = {"ef_search": ef_search}
     return {"size": k, **HITS_BY_ID, "query": {"knn": {field: clause}}}
 
 
@@ -189,11 +188,11 @@ def length_sum_query(fields: Sequence[str]) -> dict[str, Any]:
 
 
 def hybrid_query(terms: Mapping[str, float], fields: Mapping[str, float], vector: Sequence[float], k: int,
-                 filters: Filters | None, mode: Bm25Mode, tie_breaker: float) -> dict[str, Any]:
+                 filters: Filters | None, mode: Bm25Mode, tie_breaker: float, ef_search: int) -> dict[str, Any]:
     """OpenSearch's own hybrid query (neural-search) over our BM25 and dense sub-queries, for
     comparison with our fusion: fused by a search pipeline, to depth k per sub-query."""
     lexical = bm25_query(terms, fields, k, filters, mode, tie_breaker)["query"]
-    dense = knn_query("dense", vector, k, filters)["query"]
+    dense = knn_query("dense", vector, k, filters, ef_search)["query"]
     return {"size": k, **HITS_BY_ID, "query": {"hybrid": {"pagination_depth": k, "queries": [lexical, dense]}}}
 
 
