@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(default=16, ge=1, description="texts per model batch of the encoder")
     embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description="auto: bfloat16 where the CPU computes it natively, else float32")
+    intent_classifier: str = Field(default="rules", description="the query-intent plugin (group "
+                                   "hybridsearch.intents): lookup, survey, compare, prereq or related")
     search_max_k: int = Field(default=10_000, ge=1, description="the most results one search may ask for")
     open_licenses: list[str] = Field(default_factory=lambda: [
         "CC0-1.0", "CC-BY-4.0", "CC-BY-SA-4.0", "CC-BY-NC-4.0", "CC-BY-NC-SA-4.0", "CC-BY-3.0", "CC-BY-2.0",

@@ -7,7 +7,7 @@ from typing import Any
 
 from hybridsearch.errors import PluginConflictError, PluginNotFoundError
 
-GROUPS = ("engines", "channels", "fusers", "rerankers", "profiles", "loaders")
+GROUPS = ("engines", "channels", "fusers", "rerankers", "profiles", "loaders", "intents")
 _cache: dict[tuple[str, str], Any] = {}
 
 

@@ -1,0 +1,68 @@
+"""Rule-based intent: 30 phrasings pinned, with the focus that finds citation seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.errors import QueryError
+from query_service.intent import RuleIntentClassifier, given
+
+TABLE = [
+    # lookup: names, statements, how-to questions
+    ("Heine-Borel theorem statement", "lookup", "Heine-Borel theorem statement"),
+    ("fundamental group of the circle $S^1$ is the integers", "lookup", None),
+    ("Poincare conjecture proof by Perelman using Ricci flow", "lookup", None),
+    ("how to compute Gaussian curvature of a parametrized surface", "lookup", None),
+    ("C-star algebra definition and examples", "lookup", None),
+    ("a bounded entire function must be constant", "lookup", None),
+    ("Godel incompleteness theorem", "lookup", None),
+    # survey
+    ("foundational results on compactness", "survey", "compactness"),
+    ("overview of the different notions of curvature on Riemannian manifolds", "survey",
+     "the different notions of curvature on Riemannian manifolds"),
+    ("main tools of algebraic topology for telling spaces apart", "survey", "algebraic topology for telling spaces apart"),
+    ("a survey of spectral graph theory", "survey", "spectral graph theory"),
+    ("introduction to measure theory", "survey", "measure theory"),
+    ("overview of methods for testing whether a number is prime", "survey", None),
+    # compare: the focus keeps both sides
+    ("Gaussian curvature vs Ricci curvature", "compare", "Gaussian curvature vs Ricci curvature"),
+    ("difference between connected and path connected spaces", "compare", None),
+    ("simplicial homology versus singular homology", "compare", None),
+    ("de Rham cohomology compared with singular cohomology", "compare", None),
+    ("how does a Hilbert space differ from a Banach space", "compare", None),
+    ("Markov inequality vs. Chebyshev inequality", "compare", None),
+    # prereq
+    ("what to read before the Gauss-Bonnet theorem", "prereq", "the Gauss-Bonnet theorem"),
+    ("background needed for Urysohn lemma and Tietze extension", "prereq", "Urysohn lemma and Tietze extension"),
+    ("prerequisites for the Seifert van Kampen theorem", "prereq", "the Seifert van Kampen theorem"),
+    ("What should I know before Galois theory?", "prereq", "Galois theory"),
+    ("what to learn before the central limit theorem", "prereq", "the central limit theorem"),
+    ("background needed to understand RSA encryption", "prereq", "RSA encryption"),
+    # related
+    ("results similar to Brouwer fixed point theorem", "related", "Brouwer fixed point theorem"),
+    ("theorems related to Lagrange's theorem on subgroup orders", "related", "Lagrange's theorem on subgroup orders"),
+    ("consequences of the Cauchy integral formula", "related", "the Cauchy integral formula"),
+    ("statements equivalent to the axiom of choice", "related", "the axiom of choice"),
+    ("papers similar to Shannon's mathematical theory of communication", "related",
+     "Shannon's mathematical theory of communication"),
+]
+
+
+def test_the_table_has_thirty_phrasings_and_every_intent() -> None:
+    assert len(TABLE) == 30
+    assert {row[1] for row in TABLE} == {"lookup", "survey", "compare", "prereq", "related"}
+
+
+@pytest.mark.parametrize(("query", "intent", "focus"), TABLE, ids=[row[0][:40] for row in TABLE])
+def test_rule_intent(query: str, intent: str, focus: str | None) -> None:
+    got = RuleIntentClassifier().classify(query)
+    assert got.name == intent, got
+    if focus is not None:
+        assert got.focus == focus, got
+
+
+def test_given_intent_keeps_the_focus_and_rejects_unknown_names() -> None:
+    got = given("results similar to Brouwer fixed point theorem", "prereq", RuleIntentClassifier())
+    assert (got.name, got.focus, got.rule) == ("prereq", "Brouwer fixed point theorem", "given")
+    with pytest.raises(QueryError, match="intent must be one of lookup, survey, compare, prereq, related"):
+        given("x", "tutorial", RuleIntentClassifier())
