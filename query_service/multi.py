@@ -95,6 +95,11 @@ class MultiEngine:
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("vectors", ids)
 
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
+        """Chunks of qualified work ids (`<kb>:<work>`), qualified."""
+        return sorted(f"{kb}{SEP}{i}" for kb, works in self._split(work_ids).items()
+                      for i in self.engines[kb].work_chunks(works, filters))
+
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         """Neighbours within each knowledge base, qualified like the ids."""
         out: dict[str, Neighbors] = {}

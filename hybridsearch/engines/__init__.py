@@ -165,8 +165,8 @@ class Engine(Reader, Protocol):
         ...
 
     def count(self) -> int: ...
-    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
-        """The ids of every chunk of these works, sorted."""
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
+        """The ids of every chunk of these works that passes `filters`, sorted."""
         ...
 
     def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None

@@ -77,6 +77,9 @@ def test_write_get_count_and_stats(engine) -> None:
     info = engine.doc_info(["b"])["b"]
     assert info.work_id == "b" and info.authors == ("E. Heine", "É. Borel") and info.venue == "Math. Ann."
     assert engine.work_chunks(["c", "a", "not-a-work"]) == ["a", "c"] and engine.work_chunks([]) == []
+    # filtered as every channel filters: the licence of a chunk the caller may not see hides it
+    assert engine.work_chunks(["a", "b", "c"], Filters(license=["cc-by-4.0"])) == ["a", "c"]
+    assert engine.work_chunks(["a", "b", "c"], Filters(kind=["theorem"], date_range=DateRange(lte=1900))) == ["b"]
     st = engine.stats()
     assert (st.documents, st.vectors, st.codes) == (3, 3, 3)
     assert {"documents", "vectors", "hdc_codes"} <= set(st.as_dict())

@@ -313,7 +313,7 @@ class EmbeddedEngine:
         return self.store.missing_codes(ids)
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
-        """Work, source, page, authors, venue, kind and title of chunks (cached in memory)."""
+        """DocInfo of chunks (cached in memory)."""
         self.refresh()
         missing = [i for i in ids if i not in self._info]
         if missing:
@@ -329,8 +329,8 @@ class EmbeddedEngine:
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
 
-    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
-        return self.store.work_chunks(work_ids)
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
+        return self.store.work_chunks(work_ids, filters)
 
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         return self.store.neighbors(ids)

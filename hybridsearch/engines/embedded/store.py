@@ -268,9 +268,13 @@ class Store:
                                                                     else "")))
         return [(i, Document.model_validate_json(d, strict=False)) for i, d in rows[:limit]]
 
-    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
-        return sorted(i for (i,) in self._rows_in("SELECT id FROM chunks WHERE work_id IN ({marks})",
-                                                  list(dict.fromkeys(work_ids))))
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
+        found = list(self._rows_in("SELECT id, label FROM chunks WHERE work_id IN ({marks})",
+                                   list(dict.fromkeys(work_ids))))
+        if filters is not None and not filters.is_empty() and found:
+            allowed = self.filter_labels(filters, within=[label for _, label in found])
+            found = [(i, label) for i, label in found if label in allowed]
+        return sorted(i for i, _ in found)
 
     def count_codes(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM hdc").fetchone()[0])
@@ -288,10 +292,14 @@ class Store:
                         ) -> list[tuple[str, Document]]:
         return self._missing("vectors", limit, ids)
 
-    def filter_labels(self, f: Filters) -> set[int]:
-        """Labels of chunks that pass the filters (the dense channel's pre-filter)."""
+    def filter_labels(self, f: Filters, within: Sequence[int] | None = None) -> set[int]:
+        """Labels of chunks that pass the filters (the dense channel's pre-filter), among `within`
+        when given."""
         where: list[str] = []
         args: list[object] = []
+        if within is not None:
+            where.append(f"label IN ({','.join('?' * len(within))})")
+            args.extend(within)
         if f.date_range is not None:
             lo, hi = f.date_range.bounds()
             if lo is not None:

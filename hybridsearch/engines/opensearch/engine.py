@@ -434,13 +434,14 @@ class OpenSearchEngine:
         except IndexNotFoundError:
             return 0
 
-    def work_chunks(self, work_ids: Sequence[str]) -> list[str]:
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
         works = list(dict.fromkeys(work_ids))
         if not works:
             return []
+        flt = Q.filter_clauses(filters)
         try:
-            return sorted(i for p in range(0, len(works), _PAGE)
-                          for i, _ in self._scan({"terms": {"work_id": works[p:p + _PAGE]}}, ["id"]))
+            return sorted(i for p in range(0, len(works), _PAGE) for i, _ in self._scan(
+                {"bool": {"filter": [{"terms": {"work_id": works[p:p + _PAGE]}}, *flt]}}, ["id"]))
         except IndexNotFoundError:  # before the first write
             return []
 
