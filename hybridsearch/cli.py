@@ -144,11 +144,20 @@ def _parse_sets(items: list[str] | None) -> dict[str, Any]:
 
 
 def _print_explain(result: Any) -> None:
+    d = result.diagnostics
+    if "intent" in d:
+        print(f"  intent {d['intent']['name']} ({d['intent']['rule']}); focus: {d['intent']['focus']}")
+    rerank = d.get("stages", {}).get("rerank", {})
+    for key in ("degraded", "low_confidence"):
+        if key in rerank:
+            print(f"  {key.replace('_', ' ')}: {rerank[key]}")
     for h in result.hits:
         parts = " + ".join(f"{c} {v:.4f}" for c, v in h.contributions.items())
         chans = ", ".join(f"{c}: raw {cs.raw:.4f}, norm {cs.normalized:.3f}, rank {cs.rank}"
                           for c, cs in h.channels.items())
-        print(f"  {h.rank:>3}  {h.id}: {h.score:.4f} = {parts}   [{chans}]")
+        comps = ", ".join(f"{c} {v:.3f}" for c, v in h.components.items())
+        tail = f"  components: {comps}" if comps else ""
+        print(f"  {h.rank:>3}  {h.id}: {h.score:.4f} = {parts}   [{chans}]{tail}")
 
 
 def _print_hits(result: Any, show_title: bool = True) -> None:
@@ -408,7 +417,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise
     try:
         result = searcher.search(args.query, _profile_for(args), k=args.k, with_documents=True,
-                                 overrides=_parse_sets(args.set), filters=_filters(args))
+                                 overrides=_parse_sets(args.set), filters=_filters(args), intent=args.intent)
         if args.json:
             print(result.model_dump_json(indent=2), flush=True)
         else:
@@ -439,13 +448,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from query_service.evaluate import eval_index_name, format_table, run_eval, run_specs
+    from query_service.evaluate import ablation_specs, eval_index_name, format_table, run_eval, run_specs
 
     dataset = Path(args.dataset)
     channels = args.channels
-    if not channels and not args.profiles:
+    if not channels and not args.profiles and not args.ablation:
         channels = "bm25,dense,bm25+dense"
-    specs = run_specs(channels, args.fuser, args.profiles)
+    specs = ablation_specs() if args.ablation else []
+    if channels or args.profiles:
+        specs += run_specs(channels, args.fuser, args.profiles)
     options: dict[str, str] = {}
     if _engine_name(args) == "opensearch":
         target, options["index"] = _opensearch_target(args, eval_index_name(dataset))
@@ -642,6 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a profile parameter, e.g. min_score=0.2, bm25.tie_breaker=0.3, fuser.rrf_k=20")
     s.add_argument("--explain", action="store_true", help="print each hit's additive contributions")
+    s.add_argument("--intent", choices=["lookup", "survey", "compare", "prereq", "related"],
+                   help="the query's intent (default: classified from the text)")
     s.add_argument("-k", type=int, default=None, help="results to return (default: the profile's max_results; "
                    "10 with --channels)")
     s.add_argument("--json", action="store_true", help="print the whole result (hits, channels, diagnostics) as JSON")
@@ -663,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--channels", help="bm25,dense = one run each; bm25+dense = one fused run")
     s.add_argument("--fuser", default="rrf", help="the fuser of fused runs (default: rrf)")
     s.add_argument("--profiles", help="comma-separated profile names, one run each")
+    s.add_argument("--ablation", action="store_true", help="RFC-0003's five runs: lexical, vector, hybrid "
+                   "without citation, with citation, with citation and the reranker")
     s.add_argument("--json", metavar="OUT", help="write {run: metrics} JSON here")
     s.add_argument("--split", default="test", help="the qrels split to score (default: test)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -158,7 +158,8 @@ class Filters(_Model):
 
 @dataclass(frozen=True, slots=True)
 class DocInfo:
-    """The few fields that diversity and evidence packing need, small enough to cache per chunk."""
+    """The few fields that diversity, evidence packing and reranking need, small enough to cache
+    per chunk."""
 
     work_id: str
     source: str | None
@@ -167,10 +168,12 @@ class DocInfo:
     venue: str | None
     kind: str | None
     title: str
+    subjects: tuple[str, ...] = ()
+    year: int | None = None
 
     @classmethod
     def of(cls, d: Document) -> DocInfo:
-        return cls(d.work_id, d.source, d.page, tuple(d.authors), d.venue, d.kind, d.title)
+        return cls(d.work_id, d.source, d.page, tuple(d.authors), d.venue, d.kind, d.title, tuple(d.subjects), d.year)
 
 
 @dataclass(slots=True)
@@ -213,6 +216,7 @@ class Hit:
     channels: dict[str, ChannelScore] = field(default_factory=dict)
     contributions: dict[str, float] = field(default_factory=dict)
     document: Document | None = None
+    components: dict[str, float] = field(default_factory=dict)  # a reranker's features, each in [0, 1]
 
 
 class SearchResult(BaseModel):

@@ -1,4 +1,4 @@
-"""The one place for lexical scoring formulas: Lucene's BM25 idf and exact BM25 rescoring.
+"""The one place for scoring formulas: Lucene's BM25 idf, exact BM25 rescoring, min-max and top-k.
 
 Both engines call `rescore_bm25` for BM25 with k1/b other than the index's (1.2/0.75): the engine
 supplies candidate token lists and its corpus statistics, this module supplies the arithmetic.
@@ -7,7 +7,8 @@ supplies candidate token lists and its corpus statistics, this module supplies t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TypeVar
 
 from hybridsearch.analysis import Analyzer
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document
@@ -16,6 +17,7 @@ from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document
 # every field: Lucene then counts documents and average lengths per field over all documents, as
 # tantivy does (Lucene counts only the documents that have the field). It is never a query term.
 EMPTY_FIELD_TOKEN = "\ue000"
+K = TypeVar("K", bound=Hashable)
 
 
 def indexed_tokens(tokens: Sequence[str]) -> list[str]:
@@ -74,6 +76,14 @@ def rescore_bm25(terms: Sequence[tuple[str, float]], fields: Mapping[str, float]
             best = max(per_field)
             out[id_] = best + tie_breaker * (sum(per_field) - best) if mode == "best_fields" else sum(per_field)
     return top_k([(i, s) for i, s in out.items() if s > 0], k)
+
+
+def minmax(scores: Mapping[K, float]) -> dict[K, float]:
+    """(s - min) / (max - min) over the values; 1.0 for all when they are equal (a single one included)."""
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    return {d: 1.0 if hi == lo else (s - lo) / (hi - lo) for d, s in scores.items()}
 
 
 def unzip(pairs: Sequence[tuple[str, float]]) -> tuple[list[str], list[float]]:

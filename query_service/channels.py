@@ -15,6 +15,7 @@ from hybridsearch.engines import BinarySearch, Bm25Options, LexicalSearch, Reade
 from hybridsearch.errors import UnsupportedCapabilityError
 from hybridsearch.hdc import HdcWeights, combine
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Filters, RankedList
+from query_service.intent import Intent
 from query_service.stages import decompose, idf_filter, merge_subqueries
 
 
@@ -33,8 +34,10 @@ class QueryContext:
     """One query as the channels see it; the embedding is computed once, on first use."""
 
     def __init__(self, text: str, filters: Filters | None = None, encoder: Encoder | None = None, *,
-                 role: str | None = None, acts: str | None = None, variants: Sequence[str] = ()) -> None:
+                 role: str | None = None, acts: str | None = None, variants: Sequence[str] = (),
+                 intent: Intent | None = None) -> None:
         self.text = text
+        self.intent = intent  # query understanding's verdict (query_service.intent)
         self.filters = filters
         self.variants = list(variants)  # expansion: other phrasings of the same query
         self.role = role  # set by query understanding, when it knows them

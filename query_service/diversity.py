@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from hybridsearch.models import DocInfo
+from hybridsearch.scoring import minmax
 
 
 def diversify(ids: Sequence[str], info: Mapping[str, DocInfo], *, vectors: Mapping[str, np.ndarray] | None = None,
@@ -82,8 +83,8 @@ def mmr(ids: Sequence[str], relevance: Sequence[float], vector: Callable[[str], 
     if not ids:
         return []
     vecs = {i: v for i in ids if (v := vector(i)) is not None}
-    lo, hi = min(relevance), max(relevance)
-    rel = [1.0 if hi == lo else (r - lo) / (hi - lo) for r in relevance]
+    normed = minmax(dict(enumerate(relevance)))
+    rel = [normed[i] for i in range(len(ids))]
     chosen: list[int] = []
     left = list(range(len(ids)))
     while left and len(chosen) < k:

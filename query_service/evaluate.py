@@ -54,6 +54,27 @@ def run_specs(channels: str | None, fuser: str, profiles: str | None) -> list[Ru
     return specs
 
 
+def ablation_specs() -> list[RunSpec]:
+    """RFC-0003 §8.3's five runs: lexical only; vector only; hybrid without citation (fused, no
+    reranker); hybrid with citation (expansion, reranked on lexical, semantic and citation
+    alone); hybrid with citation and the whole reranker (the `hybrid` profile)."""
+    from query_service.rerank import COMPONENTS, MathConfig, Weights
+
+    hybrid = get_profile("hybrid").model_copy(update={"max_results": DEPTH})
+    kept = ("lexical", "semantic", "citation")
+    weights = {}
+    for intent, w in MathConfig().weights.items():
+        part = {c: (getattr(w, c) if c in kept else 0.0) for c in COMPONENTS}
+        total = sum(part.values())
+        weights[intent] = Weights(**{c: v / total for c, v in part.items()})
+    citation_only = hybrid.model_copy(update={"reranker_config": {"weights": weights}})
+    no_citation = hybrid.model_copy(update={"citation": None, "reranker": None})
+    return [RunSpec("lexical", get_profile("lexical").model_copy(update={"max_results": DEPTH})),
+            RunSpec("vector", get_profile("semantic").model_copy(update={"max_results": DEPTH})),
+            RunSpec("hybrid-no-citation", no_citation), RunSpec("hybrid+citation", citation_only),
+            RunSpec("hybrid+citation+reranker", hybrid)]
+
+
 def corpus_fingerprint(dataset: Path) -> str:
     corpus = dataset / "corpus.jsonl"
     st = corpus.stat()
@@ -109,7 +130,9 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
 def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, split: str = "test",
              encoder: Encoder | None = None, progress: bool = True, log: Callable[[str], None] = print,
              engine_options: Mapping[str, str] | None = None) -> dict[str, dict[str, float]]:
-    """Evaluate each run on `dataset`'s `split`; the index is the directory or URL `target`."""
+    """Evaluate each run on `dataset`'s `split`; the index is the directory or URL `target`.
+    Where queries carry `metadata.intent`, each run also gets one row per intent, `<run>@<intent>`
+    (the searches themselves classify intent as they would for anyone)."""
     qrels = load_qrels(dataset, split)
     queries = [q for q in load_queries(dataset) if q.id in qrels]
     if not queries:
@@ -136,6 +159,16 @@ def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, spl
             metrics["p50_ms"] = percentile(latencies, 50)
             metrics["p95_ms"] = percentile(latencies, 95)
             results[spec.name] = metrics
+            by_intent: dict[str, list[int]] = {}
+            for n, q in enumerate(queries):
+                if q.intent:
+                    by_intent.setdefault(q.intent, []).append(n)
+            for intent, members in sorted(by_intent.items()):
+                part = evaluate({queries[n].id: run[queries[n].id] for n in members},
+                                {queries[n].id: qrels[queries[n].id] for n in members})
+                part["p50_ms"] = percentile([latencies[n] for n in members], 50)
+                part["p95_ms"] = percentile([latencies[n] for n in members], 95)
+                results[f"{spec.name}@{intent}"] = part
     finally:
         searcher.close()
         engine.close()

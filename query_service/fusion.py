@@ -9,6 +9,7 @@ from typing import ClassVar, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.models import RankedList
+from hybridsearch.scoring import minmax
 
 
 class Fused(BaseModel):
@@ -161,8 +162,7 @@ def normalize(scores: Mapping[str, float], how: Norm) -> dict[str, float]:
         return {}
     vals = list(scores.values())
     if how == "minmax":
-        lo, hi = min(vals), max(vals)
-        return {d: 1.0 if hi == lo else (s - lo) / (hi - lo) for d, s in scores.items()}
+        return minmax(scores)
     if how == "zscore":
         mean = sum(vals) / len(vals)
         std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))

@@ -73,6 +73,8 @@ class RankedHit(BaseModel):
     id: str
     score: float
     contributions: dict[str, float]
+    components: dict[str, float] = Field(default_factory=dict, description="the reranker's features, each in "
+                                         "[0, 1]; contributions are these times their weights")
     title: str | None = None
     work_id: str | None = None
 
@@ -281,7 +283,7 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
     start = time.perf_counter()
     try:
         result = state.searcher.search(body.query, body.profile, k=body.k, filters=filters, with_documents=True,
-                                       overrides=body.overrides or None, rights=key.rights,
+                                       overrides=body.overrides or None, rights=key.rights, intent=body.mode,
                                        log_extra={"key": key.name, "mode": body.mode})
     except (EngineUnavailableError, IndexNotFoundError) as e:
         raise Refused(problem(503, "Service Unavailable", str(e))) from e
@@ -309,6 +311,7 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         candidates=[Candidate(id=h.id, channels={c: ChannelView(raw=s.raw, normalized=s.normalized, rank=s.rank)
                                                  for c, s in h.channels.items()}) for h in result.hits],
         reranked=[RankedHit(rank=h.rank, id=h.id, score=h.score, contributions=h.contributions,
+                            components=h.components,
                             title=h.document.title if h.document else None,
                             work_id=h.document.work_id if h.document else None) for h in result.hits],
         evidence_pack=None if evidence is None else evidence.model_dump(),

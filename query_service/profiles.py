@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hybridsearch.errors import ConfigError, ValidationError
 from hybridsearch.models import validate_record
+from query_service.citation import CitationConfig
 from query_service.evidence import EvidenceConfig
 
 
@@ -67,10 +68,12 @@ class Profile(BaseModel):
         description="raw cosine: candidates below it are dropped before fusion (AICO's min_semantic_score)")
     diversity: DiversityConfig | None = None
     evidence: EvidenceConfig | None = None
+    citation: CitationConfig | None = Field(default=None, description="citation one-hop expansion from the "
+                                            "top fused candidates (query_service.citation)")
     reranker: str | None = Field(default=None, description="a registered reranker plugin (group "
                                  "hybridsearch.rerankers), run on the fused top candidates")
     reranker_config: dict[str, Any] = Field(default_factory=dict)
-    rerank_top: int = Field(default=20, ge=1, le=1000)
+    rerank_top: int = Field(default=100, ge=1, le=1000, description="fused candidates the reranker sees")
     expansion: str | None = Field(default=None, description="a query expansion stage by name; "
                                   "'symbolic' is the seam for bounded symbolic closure")
 
@@ -166,7 +169,8 @@ HYBRID = Profile(
     channels={"bm25": ChannelSpec(k=100, config={"mode": "best_fields"}), "dense": ChannelSpec(k=100),
               "hdc": ChannelSpec(k=100)},
     fuser="weighted", fuser_config={"norm": "minmax", "mean": "arithmetic", "weights": HYBRID_WEIGHTS},
-    expansion="aliases", max_results=100, semantic_floor=SEMANTIC_FLOOR)
+    expansion="aliases", max_results=100, semantic_floor=SEMANTIC_FLOOR, citation=CitationConfig(),
+    reranker="math")
 VOICEVAULT = Profile(
     name="voicevault", description="VoiceVault: 3 query variants, BM25 + dense, best score per chunk, RRF k=60, "
     "top 20, at most 2 chunks per (source, page), top 5",

@@ -14,15 +14,19 @@ from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import VectorSearch
 from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
-from hybridsearch.scoring import unzip
+from hybridsearch.scoring import minmax, unzip
+from query_service.candidates import Candidates
 from query_service.channels import Channel, QueryContext
+from query_service.citation import expand as expand_citations
 from query_service.diversity import diversify, mmr
 from query_service.evidence import pack
 from query_service.fusion import Fuser
+from query_service.intent import Intent, given
 from query_service.multi import MultiEngine
-from query_service.profiles import ChannelSpec, Profile
+from query_service.profiles import ChannelSpec, DiversityConfig, Profile
 from query_service.pruning import prune
 from query_service.querylog import QueryLog, engine_fields, make_record
+from query_service.rerank import Reranker
 from query_service.stages import alias_variants, keyword_variant
 
 
@@ -33,7 +37,7 @@ def _voicevault_variants(query: str) -> list[str]:
 
 
 # query expansion stages: query text -> other phrasings; "symbolic" (bounded symbolic closure,
-# kb-thinkingdb) is a name reserved for the stage that the math-aware work installs
+# kb-thinkingdb) is a name reserved for that stage
 _EXPANSIONS: dict[str, Callable[[str], list[str]]] = {
     "aliases": lambda q: alias_variants(q),
     "voicevault": _voicevault_variants,
@@ -98,6 +102,7 @@ class Searcher:
         self._channels: dict[tuple[str, str], Channel] = {}
         self._fusers: dict[tuple[str, str], Fuser] = {}
         self._rerankers: dict[tuple[str, str], Any] = {}
+        self._classifiers: dict[str, Any] = {}
         self._pool: ThreadPoolExecutor | None = None
 
     def _channel(self, name: str, spec: ChannelSpec) -> Channel:
@@ -124,12 +129,13 @@ class Searcher:
                filters: Filters | None = None, with_documents: bool = False,
                overrides: Mapping[str, Any] | None = None,
                kb_names: Sequence[str] | None = None, log_extra: Mapping[str, Any] | None = None,
-               rights: Collection[str] | None = None) -> SearchResult:
+               rights: Collection[str] | None = None, intent: str | None = None) -> SearchResult:
         """Run a profile; with a query log, queue one record of the search (`log_extra` adds
         fields to it, e.g. the name of the caller's API key). With `rights` (licence classes),
-        a document of a class not in it is invisible to every stage (fail closed)."""
+        a document of a class not in it is invisible to every stage (fail closed). `intent`
+        (lookup, survey, compare, prereq, related) overrides the classifier's."""
         result = self._search(query, profile, k=k, filters=visible(filters, rights), with_documents=with_documents,
-                              overrides=overrides, kb_names=kb_names)
+                              overrides=overrides, kb_names=kb_names, intent=intent)
         if self.query_log is not None:
             self.query_log.put(make_record(query, result, **self._log_fields, origin=self.origin, k=k,
                                            extra=log_extra))
@@ -137,7 +143,10 @@ class Searcher:
 
     def _search(self, query: str, profile: Profile | str, *, k: int | None, filters: Filters | None,
                 with_documents: bool, overrides: Mapping[str, Any] | None,
-                kb_names: Sequence[str] | None) -> SearchResult:
+                kb_names: Sequence[str] | None, intent: str | None = None) -> SearchResult:
+        """The stages, in order, over one Candidates value: intent, channels, escalation, semantic
+        floor, fuse, prune, expand (citation), rerank, diversity, then the explanation and the
+        evidence pack. Each stage records its milliseconds and counts under diagnostics.stages."""
         if not query or not query.strip():
             raise QueryError("query text is empty")
         engine = self.engine
@@ -151,119 +160,139 @@ class Searcher:
             prof = prof.with_overrides(overrides)
         limit = check_k(k if k is not None else prof.max_results)
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
+        stages = diag["stages"]
+        t0 = time.perf_counter()
+        understood = self._intent(query, intent)
+        diag["intent"] = {"name": understood.name, "focus": understood.focus, "rule": understood.rule}
+        # with citation expansion the intent plans the search: prereq and related queries find
+        # their seeds by their focus ("the Gauss-Bonnet theorem"), not by the framing words
+        text = understood.focus if prof.citation is not None and understood.name in ("prereq", "related") else query
         expand = _EXPANSIONS.get(prof.expansion or "")
-        ctx = QueryContext(query, filters, self.encoder, variants=expand(query) if expand else ())
+        ctx = QueryContext(text, filters, self.encoder, variants=expand(text) if expand else (), intent=understood)
         if ctx.variants:
             diag["variants"] = ctx.variants
         fuser = self._fuser(prof) if len(prof.channels) > 1 or prof.escalation else None
-        t0 = time.perf_counter()
         weight = getattr(fuser, "weight", None)
         skipped = [c for c in prof.channels if weight is not None and weight(c) == 0]
         if skipped and len(skipped) < len(prof.channels):
             # a channel the fuser weights 0 cannot change the ranking: it is not run
             prof = prof.model_copy(update={"channels": {c: s for c, s in prof.channels.items() if c not in skipped}})
             diag["skipped_channels"] = skipped
+        t = time.perf_counter()
         lists = self._run_channels(prof, ctx, engine)
-        diag["stages"]["channels"] = {"ms": _ms(t0), "hits": {c: len(rl) for c, rl in lists.items()}}
+        stages["channels"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
         esc = prof.escalation
         if esc is not None:
             floor = esc.min_acceptable if esc.min_acceptable is not None else prof.max_results
             found = len(lists.get(esc.after, ()))
             diag["escalated"] = found < floor
             if found < floor:
-                te = time.perf_counter()
+                t = time.perf_counter()
                 spec = ChannelSpec(k=esc.k, config=esc.config)
                 lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k)
-                diag["stages"]["escalation"] = {"ms": _ms(te), "channel": esc.channel,
-                                                "hits": len(lists[esc.channel])}
+                stages["escalation"] = {"ms": _ms(t), "channel": esc.channel, "hits": len(lists[esc.channel])}
         cosines: dict[str, float] | None = None  # known cosines, when a semantic rule applies
         if prof.semantic_floor is not None or prof.min_semantic is not None:
-            tf = time.perf_counter()
+            t = time.perf_counter()
             lists, reason, cosines = self._semantic_floor(prof, ctx, engine, lists)
-            diag["stages"]["semantic_floor"] = {"ms": _ms(tf), "hits": {c: len(rl) for c, rl in lists.items()}}
+            stages["semantic_floor"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
             if reason is not None:
                 diag["reason"] = reason
                 diag["ms"] = _ms(t0)
                 return SearchResult.model_construct(query=query, hits=[], diagnostics=diag, evidence=None)
-        t1 = time.perf_counter()
+        t = time.perf_counter()
         pool = limit * 3 if prof.diversity is not None else limit  # room for what diversity drops
+        if prof.reranker is not None:
+            pool = max(pool, prof.rerank_top)
         if fuser is None:
             (channel, rl), = lists.items()
-            ids, scores = rl.ids[:pool], rl.scores[:pool]
-            contributions = [{channel: s} for s in scores]
+            cands = Candidates.of(rl.ids[:pool], rl.scores[:pool], [{channel: s} for s in rl.scores[:pool]], lists)
         else:
             fused = fuser.fuse(lists, pool)
-            ids, scores, contributions = fused.ids, fused.scores, fused.contributions
-        diag["stages"]["fuse"] = {"ms": _ms(t1), "hits": len(ids)}
-        if (prof.min_score > 0 or prof.gap > 0) and ids:
-            t2 = time.perf_counter()
-            ceiling = fuser.max_score(lists) if fuser is not None else scores[0]
-            keep = prune(scores, ceiling=ceiling, min_score=prof.min_score, gap=prof.gap)
-            ids, scores, contributions = ([ids[i] for i in keep], [scores[i] for i in keep],
-                                          [contributions[i] for i in keep])
-            diag["stages"]["prune"] = {"ms": _ms(t2), "hits": len(ids), "min_score": prof.min_score,
-                                       "gap": prof.gap}
-        if prof.reranker is not None and ids:
-            t5 = time.perf_counter()
-            ids, scores, contributions = self._rerank(prof, query, engine, ids, scores, contributions)
-            diag["stages"]["rerank"] = {"ms": _ms(t5), "reranker": prof.reranker, "hits": len(ids)}
-        if prof.diversity is not None and ids:
-            t3 = time.perf_counter()
-            dv = prof.diversity
-            need_vecs = dv.near_duplicate is not None or dv.mmr_lambda is not None
-            vecs = engine.vectors(ids) if need_vecs and isinstance(engine, VectorSearch) else {}
-            keep, dropped = diversify(ids, engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
-                                      near_duplicate=dv.near_duplicate, per_page=dv.per_page,
-                                      per_author=dv.per_author, per_venue=dv.per_venue,
-                                      limit=None if dv.mmr_lambda is not None else limit)
-            if dv.mmr_lambda is not None:
-                sub = [ids[i] for i in keep]
-                keep = [keep[j] for j in mmr(sub, [scores[i] for i in keep], vecs.get, limit, dv.mmr_lambda)]
-            ids, scores, contributions = ([ids[i] for i in keep], [scores[i] for i in keep],
-                                          [contributions[i] for i in keep])
-            diag["stages"]["diversity"] = {"ms": _ms(t3), "hits": len(ids), "dropped": dropped}
-        ids, scores, contributions = ids[:limit], scores[:limit], contributions[:limit]
+            cands = Candidates.of(fused.ids, fused.scores, fused.contributions, lists)
+        stages["fuse"] = {"ms": _ms(t), "hits": len(cands)}
+        if (prof.min_score > 0 or prof.gap > 0) and cands.items:
+            t = time.perf_counter()
+            ceiling = fuser.max_score(lists) if fuser is not None else cands.items[0].score
+            cands = cands.keep(prune(cands.scores, ceiling=ceiling, min_score=prof.min_score, gap=prof.gap))
+            stages["prune"] = {"ms": _ms(t), "hits": len(cands), "min_score": prof.min_score, "gap": prof.gap}
+        fused_count = len(cands)
+        if prof.citation is not None and cands.items:
+            t = time.perf_counter()
+            cands, info = expand_citations(cands, understood.name, engine, filters, prof.citation)
+            stages["expand"] = {"ms": _ms(t), "hits": len(cands), **info}
+        if prof.reranker is not None and cands.items:
+            t = time.perf_counter()
+            # the reranker sees the top `rerank_top` fused candidates and those expansion added;
+            # the fused ones below keep their order after them
+            top = list(range(min(prof.rerank_top, fused_count))) + list(range(fused_count, len(cands)))
+            reranked, info = self._reranker(prof).rerank(ctx, cands.keep(top), engine)
+            rest = cands.items[min(prof.rerank_top, fused_count):fused_count]
+            cands = Candidates(reranked.items + rest, cands.lists, reranked.citation, reranked.seeds)
+            stages["rerank"] = {"ms": _ms(t), "reranker": prof.reranker, "hits": len(reranked), **info}
+        if prof.diversity is not None and cands.items:
+            t = time.perf_counter()
+            cands, dropped = self._diversify(prof.diversity, cands, engine, limit)
+            stages["diversity"] = {"ms": _ms(t), "hits": len(cands), "dropped": dropped}
+        cands = cands.head(limit)
         if cosines is not None:
-            unknown = [i for i in ids if i not in cosines]
+            unknown = [i for i in cands.ids if i not in cosines]
             have = engine.vector_score(ctx.vector, unknown) if unknown else {}
             unvectored = [i for i in unknown if i not in have]
             if unvectored:
                 diag["vectors_missing"] = (f"{len(unvectored)} results have no vector (e.g. {unvectored[0]}), so no "
                                            "semantic rule judged them; `hybridsearch embed` adds their vectors")
-        hits = _explain(ids, scores, contributions, lists)
+        hits = _explain(cands)
         if with_documents and hits:
             docs = engine.get([h.id for h in hits])
             for h in hits:
                 h.document = docs.get(h.id)
         evidence = None
         if prof.evidence is not None and hits:
-            t4 = time.perf_counter()
-            docs = engine.get(ids)
-            evidence = pack(query, ids, scores, docs, prof.evidence)
-            diag["stages"]["evidence"] = {"ms": _ms(t4), "items": len(evidence.items), "tokens": evidence.tokens}
+            t = time.perf_counter()
+            evidence = pack(query, cands.ids, cands.scores, engine.get(cands.ids), prof.evidence)
+            stages["evidence"] = {"ms": _ms(t), "items": len(evidence.items), "tokens": evidence.tokens}
         if prof.expansion is not None and prof.expansion not in _EXPANSIONS:
             diag["expansion"] = f"stage {prof.expansion!r} is not installed; ran without it"
         diag["ms"] = _ms(t0)
         if not hits:
-            diag["reason"] = ("every candidate fell below the score floors" if "prune" in diag["stages"]
+            diag["reason"] = ("every candidate fell below the score floors" if "prune" in stages
                               else "no channel returned a match")
         return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
 
-    def _rerank(self, prof: Profile, query: str, engine: Any, ids: list[str], scores: list[float],
-                contributions: list[dict[str, float]]) -> tuple[list[str], list[float], list[dict[str, float]]]:
-        """Rerank the fused top `rerank_top` with the profile's reranker plugin; the rest keep their
-        order below. A reranked hit's contributions become the reranker's `rerank` score."""
+    def _intent(self, query: str, given_name: str | None) -> Intent:
+        name = get_settings().intent_classifier
+        if name not in self._classifiers:
+            cls = plugins.load("intents", name)
+            self._classifiers[name] = cls(cls.Config())
+        classifier = self._classifiers[name]
+        return given(query, given_name, classifier) if given_name is not None else classifier.classify(query)
+
+    def _reranker(self, prof: Profile) -> Reranker:
         key = (prof.reranker or "", repr(sorted(prof.reranker_config.items())))
         if key not in self._rerankers:
             cls = plugins.load("rerankers", key[0])
-            self._rerankers[key] = cls(cls.Config(**prof.reranker_config))
-        top = ids[:prof.rerank_top]
-        ranked: RankedList = self._rerankers[key].rerank(query, engine.get(top), len(top))
-        new_ids = ranked.ids + [i for i in ids if i not in set(ranked.ids)]
-        old = dict(zip(ids, zip(scores, contributions, strict=True), strict=True))
-        reranked = dict(ranked.items())
-        return (new_ids, [reranked[i] if i in reranked else old[i][0] for i in new_ids],
-                [{"rerank": reranked[i]} if i in reranked else old[i][1] for i in new_ids])
+            try:
+                self._rerankers[key] = cls(cls.Config(**prof.reranker_config))
+            except ValueError as e:
+                raise ConfigError(f"reranker {key[0]!r}: {e}") from e
+        reranker: Reranker = self._rerankers[key]
+        return reranker
+
+    @staticmethod
+    def _diversify(dv: DiversityConfig, cands: Candidates, engine: Any, limit: int) -> tuple[Candidates, Any]:
+        ids = cands.ids
+        need_vecs = dv.near_duplicate is not None or dv.mmr_lambda is not None
+        vecs = engine.vectors(ids) if need_vecs and isinstance(engine, VectorSearch) else {}
+        keep, dropped = diversify(ids, engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
+                                  near_duplicate=dv.near_duplicate, per_page=dv.per_page,
+                                  per_author=dv.per_author, per_venue=dv.per_venue,
+                                  limit=None if dv.mmr_lambda is not None else limit)
+        if dv.mmr_lambda is not None:
+            sub = [ids[i] for i in keep]
+            scores = cands.scores
+            keep = [keep[j] for j in mmr(sub, [scores[i] for i in keep], vecs.get, limit, dv.mmr_lambda)]
+        return cands.keep(keep), dropped
 
     @staticmethod
     def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any, lists: dict[str, RankedList]
@@ -324,26 +353,21 @@ class Searcher:
             self.query_log.close()
 
 
-def _explain(ids: list[str], scores: list[float], contributions: list[dict[str, float]],
-             lists: dict[str, RankedList]) -> list[Hit]:
-    """Per hit and channel: raw score, min-max normalised score and 1-based rank."""
+def _explain(cands: Candidates) -> list[Hit]:
+    """Per hit and channel: raw score, min-max normalised score and 1-based rank; its contributions
+    and, after reranking, its components."""
     per_channel: dict[str, dict[str, ChannelScore]] = {}
-    for channel, rl in lists.items():
+    for channel, rl in cands.lists.items():
         if not rl.scores:
             continue
-        hi, lo = max(rl.scores), min(rl.scores)
+        norm = minmax(dict(enumerate(rl.scores)))
         table: dict[str, ChannelScore] = {}
         for rank, (id_, s) in enumerate(rl.items(), 1):
             if id_ not in table:
-                norm = 1.0 if hi == lo else (s - lo) / (hi - lo)
-                table[id_] = ChannelScore(s, norm, rank)
+                table[id_] = ChannelScore(s, norm[rank - 1], rank)
         per_channel[channel] = table
-    hits = []
-    for rank, (id_, score, contrib) in enumerate(zip(ids, scores, contributions, strict=True), 1):
-        chans = {c: t[id_] for c, t in per_channel.items() if id_ in t}
-        hits.append(Hit(id_, score, rank, chans, contrib))
-    return hits
-
+    return [Hit(c.id, c.score, rank, {ch: t[c.id] for ch, t in per_channel.items() if c.id in t}, c.contributions,
+                components=c.components) for rank, c in enumerate(cands.items, 1)]
 
 
 def _ms(t: float) -> float:

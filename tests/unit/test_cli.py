@@ -39,14 +39,21 @@ def test_eval_runs_and_json_contract(demo_copy, tmp_path) -> None:
     res = cli("eval", str(DEMO), "--channels", "bm25,dense", "--index-dir", str(demo_copy),
               "--json", str(out), "-q")
     data = json.loads(out.read_text())
-    assert list(data) == ["bm25", "dense"]
+    intents = ["compare", "lookup", "prereq", "related", "survey"]  # the demo queries carry metadata.intent
+    assert list(data) == [f"{run}{tail}" for run in ("bm25", "dense") for tail in ["", *(f"@{i}" for i in intents)]]
     keys = {"ndcg@10", "recall@20", "recall@100", "mrr@10", "p50_ms", "p95_ms"}
     assert all(set(m) == keys for m in data.values())
-    assert "ndcg@10" in res.stdout.splitlines()[0]
+    assert "ndcg@10" in res.stdout.splitlines()[0] and "dense@prereq" in res.stdout
+    # the per-intent rows split the run's judged queries: their weighted mean is the run's figure
+    judged = [q for q in map(json.loads, (DEMO / "queries.jsonl").read_text().splitlines())
+              if q["_id"] in (DEMO / "qrels" / "test.tsv").read_text()]
+    counts = {i: sum(q["metadata"]["intent"] == i for q in judged) for i in intents}
+    mean = sum(counts[i] * data[f"bm25@{i}"]["ndcg@10"] for i in intents) / sum(counts.values())
+    assert mean == pytest.approx(data["bm25"]["ndcg@10"])
     cli("eval", str(DEMO), "--channels", "bm25+dense", "--fuser", "rrf", "--profiles",
         "lexical,lexical-best", "--index-dir", str(demo_copy), "--json", str(out), "-q")
     data = json.loads(out.read_text())
-    assert list(data) == ["bm25+dense:rrf", "lexical", "lexical-best"]
+    assert [k for k in data if "@" not in k] == ["bm25+dense:rrf", "lexical", "lexical-best"]
     assert data["lexical"]["ndcg@10"] == pytest.approx(
         json.loads(out.read_text())["lexical"]["ndcg@10"])
 

@@ -64,7 +64,7 @@ def test_reranker_stage_runs_a_registered_reranker(demo_copy) -> None:
     from hybridsearch import plugins
     from hybridsearch.engines.embedded import EmbeddedEngine
     from hybridsearch.errors import PluginConflictError
-    from hybridsearch.models import RankedList
+    from query_service.candidates import Candidate, Candidates
     from query_service.searcher import Searcher
 
     class ShortTitleFirst:
@@ -76,9 +76,11 @@ def test_reranker_stage_runs_a_registered_reranker(demo_copy) -> None:
         def __init__(self, config: BaseModel) -> None:
             pass
 
-        def rerank(self, query, docs, k):
-            order = sorted(docs, key=lambda i: (len(docs[i].title), i))[:k]
-            return RankedList.of("rerank", order, [1.0 / (1 + n) for n in range(len(order))])
+        def rerank(self, query, cands, engine):
+            docs = engine.get(cands.ids)
+            order = sorted(cands.ids, key=lambda i: (len(docs[i].title), i))
+            items = [Candidate(i, 1.0 / (1 + n), {"rerank": 1.0 / (1 + n)}) for n, i in enumerate(order)]
+            return Candidates(items, cands.lists), {}
 
     plugins.register("rerankers", "short-title-first", ShortTitleFirst)
     with pytest.raises(PluginConflictError):
@@ -94,4 +96,4 @@ def test_reranker_stage_runs_a_registered_reranker(demo_copy) -> None:
     assert [len(t) for t in top5] == sorted(len(t) for t in top5)
     assert {h.id for h in res.hits[:5]} == {h.id for h in plain.hits[:5]}
     assert [h.id for h in res.hits[5:]] == [h.id for h in plain.hits[5:]]
-    assert res.hits[0].contributions == {"rerank": 1.0} and res.diagnostics["stages"]["rerank"]["hits"] == 10
+    assert res.hits[0].contributions == {"rerank": 1.0} and res.diagnostics["stages"]["rerank"]["hits"] == 5

@@ -1,0 +1,92 @@
+"""Citation one-hop expansion (RFC-0003 §5.2.3): from the strongest fused candidates (the seeds),
+follow the citation graph one hop and score every work reached by the seeds that reach it.
+
+A seed's strength is its fused score over the top score. A work w reached from seeds S_w scores
+citation(w) = sum(strength(s) for s in S_w) / sum(strength(s) for every seed): 1 when every
+seed points to it, more for more and stronger seeds. Which links count follows the intent:
+prereq follows what the seeds cite; related follows co-citation and what cites the seeds;
+survey both directions of citation; lookup and compare every link. Chunks of reached works that
+are not yet candidates join (at most `max_new`), if they pass the query's filters, licence
+included: a document the caller may not see is never reached."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hybridsearch.engines import GraphStore
+from hybridsearch.models import Filters
+from query_service.candidates import Candidate, Candidates
+
+DIRECTIONS: dict[str, tuple[str, ...]] = {
+    "prereq": ("cites",),
+    "related": ("cocited", "cited_by"),
+    "survey": ("cites", "cited_by"),
+    "lookup": ("cites", "cited_by", "cocited"),
+    "compare": ("cites", "cited_by", "cocited"),
+}
+
+
+class CitationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seeds: int = Field(default=5, ge=1, le=100, description="fused candidates expansion starts from, at most")
+    seed_ratio: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False,
+                              description="a seed scores at least this times the top score")
+    fan_out: int = Field(default=20, ge=1, le=1000, description="links followed per seed and direction")
+    max_new: int = Field(default=50, ge=0, le=10_000, description="chunks expansion may add")
+    budget_ms: float = Field(default=50.0, gt=0, allow_inf_nan=False,
+                             description="past it the unexpanded candidates go on, flagged degraded")
+
+
+def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None, config: CitationConfig
+           ) -> tuple[Candidates, dict[str, Any]]:
+    """The candidates with citation scores (and the chunks reached, appended with score 0), and
+    what happened, for diagnostics."""
+    t0 = time.perf_counter()
+    directions = DIRECTIONS.get(intent, DIRECTIONS["lookup"])
+    diag: dict[str, Any] = {"directions": list(directions)}
+    has_graph = isinstance(engine, GraphStore)
+    if not has_graph or not cands.items:
+        diag["skipped"] = "the engine has no citation graph" if cands.items else "no candidates"
+        return cands, diag
+    top = cands.items[0].score
+    seeds = [c for c in cands.items[:config.seeds] if top > 0 and c.score >= config.seed_ratio * top]
+    strength = {c.id: c.score / top for c in seeds}
+    neighbors = engine.neighbors(list(strength))
+    infos = engine.doc_info(cands.ids)
+    reached: dict[str, float] = {}  # work id -> summed seed strength
+    for seed, nb in neighbors.items():
+        works = {w for d in directions for w in getattr(nb, d)[:config.fan_out]}
+        works.discard(infos[seed].work_id if seed in infos else seed)
+        for w in works:
+            reached[w] = reached.get(w, 0.0) + strength[seed]
+    diag.update(seeds=list(strength), works=len(reached))
+    if not reached:
+        return Candidates(cands.items, cands.lists, {}, list(strength)), diag
+    total = sum(strength.values())
+    by_work = {w: s / total for w, s in reached.items()}
+    if _over(t0, config, diag):
+        return cands, diag
+    citation = {c.id: by_work[infos[c.id].work_id] for c in cands.items
+                if c.id in infos and infos[c.id].work_id in by_work}
+    have = set(cands.ids)
+    new: list[str] = []
+    if config.max_new:
+        chunks = [i for i in engine.work_chunks(sorted(by_work), filters) if i not in have]
+        if _over(t0, config, diag):
+            return cands, diag
+        work_of = {i: info.work_id for i, info in engine.doc_info(chunks).items()}
+        new = sorted(work_of, key=lambda i: (-by_work.get(work_of[i], 0.0), i))[:config.max_new]
+        citation.update({i: by_work[work_of[i]] for i in new})
+    diag.update(added=len(new), ms=round((time.perf_counter() - t0) * 1000, 3))
+    items = cands.items + [Candidate(i, 0.0, {}) for i in new]
+    return Candidates(items, cands.lists, citation, list(strength)), diag
+
+
+def _over(t0: float, config: CitationConfig, diag: dict[str, Any]) -> bool:
+    if (time.perf_counter() - t0) * 1000 <= config.budget_ms:
+        return False
+    diag["degraded"] = f"time budget {config.budget_ms} ms exceeded; the unexpanded candidates went on"
+    return True

@@ -1,0 +1,221 @@
+"""Rerankers (plugins, group `hybridsearch.rerankers`) and `math`, RFC-0003's transparent
+math-aware reranker:
+
+    final = w1 lexical + w2 semantic + w3 citation + w4 field_match + w5 freshness + w6 authority
+
+Each component lies in [0, 1]; the weights of an intent sum to 1, so the final score does too,
+and a hit's contributions (w_i x component_i) sum to its score.
+
+- lexical: the BM25 channel's score, min-max normalised over its list (0 when BM25 did not find it)
+- semantic: raw cosine, min-max normalised by the dense list's range and clipped (cosines of
+  candidates the dense channel did not return come from `vector_score`; 0 without a vector)
+- citation: the citation-expansion score (query_service.citation)
+- field_match: 1 when the chunk's title, as analysed tokens, occurs in the query (an exact name
+  match; the analyser maps notation variants to one form, so "C-star algebra" matches
+  "C*-algebra"); otherwise the share of the query's tokens among its subjects' tokens
+- freshness: 2^-(age / half_life), age in years behind the newest candidate (0 when undated)
+- authority: the work's PageRank authority (indexer.graph: log scale, capped at the 99th percentile)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hybridsearch.analysis import default_analyzer
+from hybridsearch.engines import GraphStore, VectorSearch
+from hybridsearch.models import DocInfo
+from hybridsearch.scoring import minmax
+from query_service.candidates import Candidate, Candidates
+from query_service.channels import QueryContext
+from query_service.fusion import best_scores
+
+COMPONENTS = ("lexical", "semantic", "citation", "field_match", "freshness", "authority")
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Reorders candidates. Returns them with new scores and contributions (that still sum to the
+    scores), and a diagnostics dict (`degraded`: why the input order was kept, if it was)."""
+
+    name: ClassVar[str]
+
+    def rerank(self, query: QueryContext, cands: Candidates, engine: Any) -> tuple[Candidates, dict[str, Any]]: ...
+
+
+class Weights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    lexical: float = Field(ge=0, le=1, allow_inf_nan=False)
+    semantic: float = Field(ge=0, le=1, allow_inf_nan=False)
+    citation: float = Field(ge=0, le=1, allow_inf_nan=False)
+    field_match: float = Field(ge=0, le=1, allow_inf_nan=False)
+    freshness: float = Field(ge=0, le=1, allow_inf_nan=False)
+    authority: float = Field(ge=0, le=1, allow_inf_nan=False)
+
+    def check_sum(self) -> Weights:
+        total = sum(self.as_dict().values())
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"weights must sum to 1, got {total:g}")
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        return {c: getattr(self, c) for c in COMPONENTS}
+
+
+# The one table of weights, per intent (lexical, semantic, citation, field_match, freshness,
+# authority). Foundational bias: survey and prereq give freshness nothing and citation and
+# authority more; authority stays small everywhere (RFC-0003 §10.2: popularity must not dominate).
+WEIGHTS: dict[str, tuple[float, float, float, float, float, float]] = {
+    "lookup":  (0.45, 0.45, 0.00, 0.10, 0.00, 0.00),
+    "compare": (0.45, 0.45, 0.00, 0.10, 0.00, 0.00),
+    "survey":  (0.35, 0.35, 0.10, 0.05, 0.00, 0.15),
+    "prereq":  (0.20, 0.20, 0.50, 0.05, 0.00, 0.05),
+    "related": (0.30, 0.30, 0.30, 0.05, 0.00, 0.05),
+}
+
+
+def _default_weights() -> dict[str, Weights]:
+    return {intent: Weights(**dict(zip(COMPONENTS, w, strict=True))) for intent, w in WEIGHTS.items()}
+
+
+class MathConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weights: dict[str, Weights] = Field(default_factory=_default_weights)
+    half_life: float = Field(default=10.0, gt=0, allow_inf_nan=False, description="years; freshness halves")
+    budget_ms: float = Field(default=50.0, gt=0, allow_inf_nan=False,
+                             description="past it the fused order stays, flagged degraded")
+    low_cosine: float = Field(default=0.40, ge=-1, le=1, allow_inf_nan=False,
+                              description="a top hit whose raw cosine with the query is below it is low "
+                              "confidence (components are relative to the candidates; this is not)")
+    low_margin: float = Field(default=0.02, ge=0, le=1, allow_inf_nan=False,
+                              description="a relative margin (s1 - s2) / s1 below it is low confidence")
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, v: dict[str, Weights]) -> dict[str, Weights]:
+        merged = {**_default_weights(), **v}
+        for intent, w in merged.items():
+            if intent not in WEIGHTS:
+                raise ValueError(f"unknown intent {intent!r}; valid: {', '.join(WEIGHTS)}")
+            try:
+                w.check_sum()
+            except ValueError as e:
+                raise ValueError(f"{intent}: {e}") from None
+        return merged
+
+
+class MathReranker:
+    name: ClassVar[str] = "math"
+    Config = MathConfig
+
+    def __init__(self, config: MathConfig | None = None) -> None:
+        self.config = config or MathConfig()
+        self._titles: dict[str, tuple[str, ...]] = {}  # analysed titles and subjects, by chunk id
+
+    def rerank(self, query: QueryContext, cands: Candidates, engine: Any) -> tuple[Candidates, dict[str, Any]]:
+        t0 = time.perf_counter()
+        cfg = self.config
+        intent = query.intent.name if query.intent is not None else "lookup"
+        weights = cfg.weights.get(intent, cfg.weights["lookup"]).as_dict()
+        diag: dict[str, Any] = {"intent": intent, "weights": weights}
+        ids = cands.ids
+        infos = engine.doc_info(ids)
+        cosines = self._cosines(query, cands, engine)
+        comps = {c: self._component(c, query, cands, engine, infos, cosines) for c in COMPONENTS if weights[c] > 0}
+        if (time.perf_counter() - t0) * 1000 > cfg.budget_ms:
+            diag["degraded"] = f"time budget {cfg.budget_ms} ms exceeded; the fused order stands"
+            return cands, diag
+        items = []
+        for c in cands.items:
+            parts = {name: values.get(c.id, 0.0) for name, values in comps.items()}
+            contrib = {name: weights[name] * x for name, x in parts.items()}
+            items.append(Candidate(c.id, math.fsum(contrib.values()), contrib, parts))
+        items.sort(key=lambda c: (-c.score, c.id))
+        scores = [c.score for c in items]
+        low = _low_confidence(scores, cosines.get(items[0].id) if items else None, cfg.low_cosine, cfg.low_margin)
+        if low is not None:
+            diag["low_confidence"] = low
+        return Candidates(items, cands.lists, cands.citation, cands.seeds), diag
+
+    def _component(self, name: str, query: QueryContext, cands: Candidates, engine: Any,
+                   infos: Mapping[str, DocInfo], cosines: Mapping[str, float]) -> dict[str, float]:
+        ids = cands.ids
+        if name == "lexical":
+            rl = cands.lists.get("bm25")
+            return minmax(best_scores(rl)) if rl is not None else {}
+        if name == "semantic":
+            return _semantic(cands, cosines)
+        if name == "citation":
+            return cands.citation
+        if name == "field_match":
+            return self._field_match(query, ids, infos)
+        if name == "freshness":
+            years = {i: info.year for i, info in infos.items() if info.year is not None}
+            newest = max(years.values(), default=0)
+            return {i: 2.0 ** (-(newest - y) / self.config.half_life) for i, y in years.items()}
+        if not isinstance(engine, GraphStore):  # authority
+            return {}
+        return {i: nb.authority for i, nb in engine.neighbors(ids).items() if nb.authority is not None}
+
+    @staticmethod
+    def _cosines(query: QueryContext, cands: Candidates, engine: Any) -> dict[str, float]:
+        """Raw cosines: the dense channel's, and `vector_score` for the other candidates."""
+        rl = cands.lists.get("dense")
+        cos = best_scores(rl) if rl is not None else {}
+        others = [i for i in cands.ids if i not in cos]
+        if others and isinstance(engine, VectorSearch):
+            cos.update(engine.vector_score(query.vector, others))
+        return cos
+
+    def _field_match(self, query: QueryContext, ids: list[str], infos: Mapping[str, DocInfo]) -> dict[str, float]:
+        an = default_analyzer()
+        q = an.analyze(query.text)
+        if not q:
+            return {}
+        qset = set(q)
+        joined = " " + " ".join(q) + " "
+        out: dict[str, float] = {}
+        for i in ids:
+            info = infos.get(i)
+            if info is None:
+                continue
+            key = i + "\x00" + info.title
+            if key not in self._titles:
+                if len(self._titles) > 100_000:
+                    self._titles.clear()
+                title = an.analyze(info.title)
+                self._titles[key] = (" ".join(title), *an.analyze_many(list(info.subjects)))
+            title_text, *subjects = self._titles[key]
+            if title_text and f" {title_text} " in joined:
+                out[i] = 1.0
+            elif subjects:
+                out[i] = len(qset & set(subjects)) / len(qset)
+        return out
+
+
+def _semantic(cands: Candidates, cos: Mapping[str, float]) -> dict[str, float]:
+    """Cosines min-max normalised by the dense list's range (its scale in fusion), clipped to [0, 1]."""
+    if not cos:
+        return {}
+    rl = cands.lists.get("dense")
+    base = list(rl.scores) if rl is not None and rl.scores else list(cos.values())
+    lo, hi = min(base), max(base)
+    if hi <= lo:
+        return {i: 1.0 if c >= hi else 0.0 for i, c in cos.items()}
+    return {i: min(1.0, max(0.0, (c - lo) / (hi - lo))) for i, c in cos.items()}
+
+
+def _low_confidence(scores: list[float], top_cosine: float | None, low_cosine: float,
+                    low_margin: float) -> str | None:
+    if not scores:
+        return None
+    s1 = scores[0]
+    if top_cosine is not None and top_cosine < low_cosine:
+        return f"top hit's cosine {top_cosine:.3f} below {low_cosine}"
+    if len(scores) > 1 and s1 > 0 and (s1 - scores[1]) / s1 < low_margin:
+        return f"top two within {100 * low_margin:g}% ({s1:.3f}, {scores[1]:.3f})"
+    return None

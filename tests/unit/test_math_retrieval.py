@@ -1,0 +1,167 @@
+"""Math-aware retrieval on the demo index (real MiniLM vectors, the citation graph built at
+ingest): intent-directed citation expansion, the transparent reranker, their time budgets, and
+licence fail-closed on every path a restricted document could take."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hybridsearch.engines.embedded import EmbeddedEngine
+from query_service.evidence import EvidenceConfig
+from query_service.rerank import COMPONENTS, MathConfig
+from query_service.searcher import Searcher, get_profile
+
+PREREQ = "what to read before the Gauss-Bonnet theorem"
+RELATED = "results similar to Brouwer fixed point theorem"
+
+
+@pytest.fixture
+def searcher(demo_copy, encoder):
+    with EmbeddedEngine(demo_copy) as engine:
+        s = Searcher(engine, encoder=encoder)
+        yield s
+        s.close()
+
+
+def test_prereq_follows_what_the_seeds_cite(searcher) -> None:
+    res = searcher.search(PREREQ, "hybrid", k=10)
+    d = res.diagnostics
+    assert d["intent"] == {"name": "prereq", "focus": "the Gauss-Bonnet theorem", "rule": "read-before"}
+    expand = d["stages"]["expand"]
+    assert expand["directions"] == ["cites"] and "geom-gauss-bonnet" in expand["seeds"]
+    top5 = [h.id for h in res.hits[:5]]
+    # Gauss-Bonnet cites Gaussian curvature and the Euler characteristic
+    assert {"geom-gaussian-curvature", "topo-euler-characteristic"} <= set(top5), top5
+    for h in res.hits:
+        if h.id in ("geom-gaussian-curvature", "topo-euler-characteristic"):
+            assert h.components["citation"] > 0.5 and h.contributions["citation"] > 0
+    # without expansion they are not both in the top 5
+    plain = searcher.search(PREREQ, get_profile("hybrid").model_copy(update={"citation": None}), k=10)
+    assert not {"geom-gaussian-curvature", "topo-euler-characteristic"} <= {h.id for h in plain.hits[:5]}
+
+
+def test_related_follows_cocitation_and_citing(searcher) -> None:
+    res = searcher.search(RELATED, "hybrid", k=10)
+    assert res.diagnostics["stages"]["expand"]["directions"] == ["cocited", "cited_by"]
+    assert res.diagnostics["intent"]["focus"] == "Brouwer fixed point theorem"
+    cited = [h for h in res.hits if h.components.get("citation", 0) > 0]
+    assert cited, "no candidate reached by co-citation or citing"
+    # a given intent overrides the classifier, and the direction follows it
+    given = searcher.search(RELATED, "hybrid", k=10, intent="prereq")
+    assert given.diagnostics["intent"]["rule"] == "given"
+    assert given.diagnostics["stages"]["expand"]["directions"] == ["cites"]
+
+
+def test_reranker_contributions_sum_to_the_score_and_components_lie_in_0_1(searcher) -> None:
+    for query in (PREREQ, RELATED, "overview of the different notions of curvature", "Heine-Borel theorem"):
+        res = searcher.search(query, "hybrid", k=20)
+        assert res.hits, query
+        weights = res.diagnostics["stages"]["rerank"]["weights"]
+        assert math.isclose(sum(weights.values()), 1.0)
+        for h in res.hits:
+            assert set(h.components) <= set(COMPONENTS)
+            assert all(0.0 <= v <= 1.0 for v in h.components.values()), h
+            assert math.isclose(sum(h.contributions.values()), h.score, abs_tol=1e-12), h
+            for name, v in h.components.items():
+                assert math.isclose(h.contributions[name], weights[name] * v)
+        assert [h.score for h in res.hits] == sorted((h.score for h in res.hits), reverse=True)
+    # deterministic: the same query gives the same ranking and scores
+    a, b = (searcher.search(PREREQ, "hybrid", k=20) for _ in range(2))
+    assert [(h.id, h.score) for h in a.hits] == [(h.id, h.score) for h in b.hits]
+
+
+def test_exact_name_match_survives_notation(searcher) -> None:
+    # the title "C*-algebra" matches the query's "C-star algebra" through the variant lexicon
+    res = searcher.search("C-star algebra definition and examples", "hybrid", k=5)
+    named = [h for h in res.hits if h.components.get("field_match") == 1.0]
+    assert named and res.hits[0].id == named[0].id, [(h.id, h.components) for h in res.hits]
+
+
+def test_time_budgets_fall_back_and_say_so(searcher) -> None:
+    hybrid = get_profile("hybrid")
+    fused = searcher.search(PREREQ, hybrid.model_copy(update={"reranker": None}), k=10)
+    slow = hybrid.model_copy(update={"reranker_config": {"budget_ms": 1e-6}})
+    res = searcher.search(PREREQ, slow, k=10)
+    assert "time budget" in res.diagnostics["stages"]["rerank"]["degraded"]
+    # the fused order stands (expansion's additions, unscored, come after it)
+    assert [h.id for h in res.hits] == [h.id for h in fused.hits]
+    no_expand = hybrid.model_copy(update={"citation": hybrid.citation.model_copy(update={"budget_ms": 1e-6})})
+    res = searcher.search(PREREQ, no_expand, k=10)
+    assert "time budget" in res.diagnostics["stages"]["expand"]["degraded"]
+    assert all(h.components.get("citation", 0.0) == 0.0 for h in res.hits)
+
+
+def test_low_confidence_flag(searcher) -> None:
+    res = searcher.search("Heine-Borel theorem statement", "hybrid", k=10)
+    assert "low_confidence" not in res.diagnostics["stages"]["rerank"]
+    strict = get_profile("hybrid").model_copy(update={"reranker_config": {"low_margin": 1.0}})
+    res = searcher.search("Heine-Borel theorem statement", strict, k=10)
+    assert res.diagnostics["stages"]["rerank"]["low_confidence"].startswith("top two within")
+    res = searcher.search("how to frobnicate a widget in a compact space", "hybrid", k=10)
+    assert res.diagnostics["stages"]["rerank"]["low_confidence"].startswith("top hit's cosine"), res.diagnostics
+
+
+def test_weights_are_validated() -> None:
+    from hybridsearch.errors import ValidationError
+
+    bad = get_profile("hybrid").model_copy(update={"reranker_config": {"weights": {"prereq": {
+        "lexical": 0.5, "semantic": 0.5, "citation": 0.5, "field_match": 0, "freshness": 0, "authority": 0}}}})
+    with pytest.raises(ValidationError, match="weights must sum to 1"):
+        bad.check_plugins()
+    assert set(MathConfig().weights) == {"lookup", "survey", "compare", "prereq", "related"}
+
+
+# -- licence fail-closed: a restricted document never leaves the index for an `open` caller ------
+RESTRICTED = {"geom-gauss-bonnet", "geom-gaussian-curvature"}
+
+
+@pytest.fixture
+def restricted(demo_copy, encoder):
+    with EmbeddedEngine(demo_copy) as engine:
+        docs = engine.get(sorted(RESTRICTED))
+        engine.write([d.model_copy(update={"license": "proprietary"}) for d in docs.values()])
+        from indexer.pipeline import embed_missing
+
+        embed_missing(engine, encoder, progress=False)
+        s = Searcher(engine, encoder=encoder)
+        yield s
+        s.close()
+
+
+def _evidence_profile():
+    return get_profile("hybrid").model_copy(update={"evidence": EvidenceConfig()})
+
+
+def test_restricted_is_never_a_seed(restricted) -> None:
+    res = restricted.search(PREREQ, "hybrid", k=10, rights={"open"})
+    assert not RESTRICTED & set(res.diagnostics["stages"]["expand"]["seeds"])
+    full = restricted.search(PREREQ, "hybrid", k=10, rights={"open", "restricted"})
+    assert "geom-gauss-bonnet" in full.diagnostics["stages"]["expand"]["seeds"]
+
+
+def test_restricted_never_comes_through_expansion(restricted) -> None:
+    # the restated Gauss-Bonnet (open) still cites Gaussian curvature (restricted)
+    res = restricted.search(PREREQ, "hybrid", k=50, rights={"open"})
+    assert not RESTRICTED & {h.id for h in res.hits}
+    assert not RESTRICTED & set(res.diagnostics["stages"]["expand"]["seeds"])
+    full = restricted.search(PREREQ, "hybrid", k=50, rights={"open", "restricted"})
+    assert "geom-gaussian-curvature" in {h.id for h in full.hits}
+
+
+def test_restricted_never_reaches_evidence(restricted) -> None:
+    res = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open"})
+    assert res.evidence is not None and res.evidence.items
+    assert not RESTRICTED & {item.id for item in res.evidence.items}
+    full = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open", "restricted"})
+    assert RESTRICTED & {item.id for item in full.evidence.items}
+
+
+def test_restricted_never_reaches_a_snippet(restricted) -> None:
+    secret = restricted.engine.get(["geom-gaussian-curvature"])["geom-gaussian-curvature"].text[:60]
+    res = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open"}, with_documents=True)
+    shown = " ".join([item.text for item in res.evidence.items] + [h.document.text for h in res.hits])
+    assert secret not in shown
+    full = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open", "restricted"}, with_documents=True)
+    assert secret in " ".join(item.text for item in full.evidence.items)
