@@ -4,10 +4,14 @@ citation-expansion scores)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from hybridsearch.models import RankedList
+from hybridsearch.models import DocInfo, RankedList
+
+if TYPE_CHECKING:
+    from hybridsearch.engines import Reader
 
 
 @dataclass(slots=True)
@@ -25,12 +29,14 @@ class Candidate:
 class Candidates:
     """`items` best first. `lists`: every channel's result (for explanations and features).
     `citation`: citation-expansion scores in [0, 1] by id (absent: 0). `seeds`: the ids
-    expansion started from."""
+    expansion started from. `infos`: DocInfo fetched so far, shared by the stages (one engine
+    request per stage at most, for the ids not fetched before)."""
 
     items: list[Candidate]
     lists: dict[str, RankedList]
     citation: dict[str, float] = field(default_factory=dict)
     seeds: list[str] = field(default_factory=list)
+    infos: dict[str, DocInfo] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ids: Iterable[str], scores: Iterable[float], contributions: Iterable[dict[str, float]],
@@ -47,10 +53,22 @@ class Candidates:
 
     def keep(self, positions: Iterable[int]) -> Candidates:
         """The candidates at these positions, in this order."""
-        return Candidates([self.items[i] for i in positions], self.lists, self.citation, self.seeds)
+        return self.replace([self.items[i] for i in positions])
 
     def head(self, n: int) -> Candidates:
-        return Candidates(self.items[:n], self.lists, self.citation, self.seeds)
+        return self.replace(self.items[:n])
+
+    def replace(self, items: list[Candidate], **changes: Any) -> Candidates:
+        """These items instead, with everything else carried over (or changed)."""
+        kept = {"lists": self.lists, "citation": self.citation, "seeds": self.seeds, "infos": self.infos}
+        return Candidates(items, **{**kept, **changes})
+
+    def doc_info(self, engine: Reader, ids: Sequence[str] | None = None) -> dict[str, DocInfo]:
+        """DocInfo of `ids` (default: every candidate), fetching only what is not known yet."""
+        missing = [i for i in (self.ids if ids is None else ids) if i not in self.infos]
+        if missing:
+            self.infos.update(engine.doc_info(missing))
+        return self.infos
 
     def __len__(self) -> int:
         return len(self.items)

@@ -36,7 +36,7 @@ class CitationConfig(BaseModel):
                               description="a seed scores at least this times the top score")
     fan_out: int = Field(default=20, ge=1, le=1000, description="links followed per seed and direction")
     max_new: int = Field(default=50, ge=0, le=10_000, description="chunks expansion may add")
-    budget_ms: float = Field(default=50.0, gt=0, allow_inf_nan=False,
+    budget_ms: float = Field(default=100.0, gt=0, allow_inf_nan=False,
                              description="past it the unexpanded candidates go on, flagged degraded")
 
 
@@ -55,7 +55,7 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     seeds = [c for c in cands.items[:config.seeds] if top > 0 and c.score >= config.seed_ratio * top]
     strength = {c.id: c.score / top for c in seeds}
     neighbors = engine.neighbors(list(strength))
-    infos = engine.doc_info(cands.ids)
+    infos = cands.doc_info(engine)
     reached: dict[str, float] = {}  # work id -> summed seed strength
     for seed, nb in neighbors.items():
         works = {w for d in directions for w in getattr(nb, d)[:config.fan_out]}
@@ -64,7 +64,7 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
             reached[w] = reached.get(w, 0.0) + strength[seed]
     diag.update(seeds=list(strength), works=len(reached))
     if not reached:
-        return Candidates(cands.items, cands.lists, {}, list(strength)), diag
+        return cands.replace(cands.items, citation={}, seeds=list(strength)), diag
     total = sum(strength.values())
     by_work = {w: s / total for w, s in reached.items()}
     if _over(t0, config, diag):
@@ -77,12 +77,13 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
         chunks = [i for i in engine.work_chunks(sorted(by_work), filters) if i not in have]
         if _over(t0, config, diag):
             return cands, diag
-        work_of = {i: info.work_id for i, info in engine.doc_info(chunks).items()}
+        infos = cands.doc_info(engine, chunks)
+        work_of = {i: infos[i].work_id for i in chunks if i in infos}
         new = sorted(work_of, key=lambda i: (-by_work.get(work_of[i], 0.0), i))[:config.max_new]
         citation.update({i: by_work[work_of[i]] for i in new})
     diag.update(added=len(new), ms=round((time.perf_counter() - t0) * 1000, 3))
     items = cands.items + [Candidate(i, 0.0, {}) for i in new]
-    return Candidates(items, cands.lists, citation, list(strength)), diag
+    return cands.replace(items, citation=citation, seeds=list(strength)), diag
 
 
 def _over(t0: float, config: CitationConfig, diag: dict[str, Any]) -> bool:

@@ -13,10 +13,11 @@ import numpy as np
 from tqdm import tqdm
 
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines import BinarySearch, Engine, VectorSearch
+from hybridsearch.engines import BinarySearch, Engine, GraphStore, VectorSearch
 from hybridsearch.errors import UnsupportedCapabilityError
 from hybridsearch.metrics import evaluate
 from hybridsearch.models import Document, Query
+from indexer.graph import update_graph
 from indexer.loaders import LoadReport, load_qrels, load_queries
 from indexer.pipeline import load_documents
 from query_service.channels import HdcChannel, QueryContext
@@ -24,9 +25,10 @@ from query_service.searcher import Searcher, adhoc_profile, get_profile
 
 
 def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500, progress: bool = False,
-                log: Callable[[str], None] = print) -> float:
+                log: Callable[[str], None] = print, graph: bool = True) -> float:
     """Write `dataset`'s documents into `dest` with the vectors `source` holds for them (no
-    re-embedding) and HDC codes from `dest`'s encoder; returns the seconds the writes took."""
+    re-embedding) and HDC codes from `dest`'s encoder, then (with `graph`) build `dest`'s citation
+    graph; returns the seconds the writes took."""
     if not isinstance(source, VectorSearch) or not isinstance(dest, BinarySearch):
         raise UnsupportedCapabilityError("copying a corpus needs vectors in the source and HDC in the destination")
     docs: Iterable[Document] = load_documents(dataset, "beir", LoadReport())
@@ -48,6 +50,8 @@ def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500
         seconds += time.perf_counter() - t
         bar.update(len(chunk))
     bar.close()
+    if graph and isinstance(dest, GraphStore):
+        update_graph(dest, force=True)  # citation expansion and authority read it
     log(f"copied {dest.count()} documents in {seconds:.1f}s of writes")
     return seconds
 

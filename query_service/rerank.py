@@ -86,7 +86,7 @@ class MathConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     weights: dict[str, Weights] = Field(default_factory=_default_weights)
     half_life: float = Field(default=10.0, gt=0, allow_inf_nan=False, description="years; freshness halves")
-    budget_ms: float = Field(default=50.0, gt=0, allow_inf_nan=False,
+    budget_ms: float = Field(default=100.0, gt=0, allow_inf_nan=False,
                              description="past it the fused order stays, flagged degraded")
     low_cosine: float = Field(default=0.40, ge=-1, le=1, allow_inf_nan=False,
                               description="a top hit whose raw cosine with the query is below it is low "
@@ -122,8 +122,7 @@ class MathReranker:
         intent = query.intent.name if query.intent is not None else "lookup"
         weights = cfg.weights.get(intent, cfg.weights["lookup"]).as_dict()
         diag: dict[str, Any] = {"intent": intent, "weights": weights}
-        ids = cands.ids
-        infos = engine.doc_info(ids)
+        infos = cands.doc_info(engine)
         cosines = self._cosines(query, cands, engine)
         comps = {c: self._component(c, query, cands, engine, infos, cosines) for c in COMPONENTS if weights[c] > 0}
         if (time.perf_counter() - t0) * 1000 > cfg.budget_ms:
@@ -139,7 +138,7 @@ class MathReranker:
         low = _low_confidence(scores, cosines.get(items[0].id) if items else None, cfg.low_cosine, cfg.low_margin)
         if low is not None:
             diag["low_confidence"] = low
-        return Candidates(items, cands.lists, cands.citation, cands.seeds), diag
+        return cands.replace(items), diag
 
     def _component(self, name: str, query: QueryContext, cands: Candidates, engine: Any,
                    infos: Mapping[str, DocInfo], cosines: Mapping[str, float]) -> dict[str, float]:

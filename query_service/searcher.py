@@ -228,7 +228,7 @@ class Searcher:
             top = list(range(min(prof.rerank_top, fused_count))) + list(range(fused_count, len(cands)))
             reranked, info = self._reranker(prof).rerank(ctx, cands.keep(top), engine)
             rest = cands.items[min(prof.rerank_top, fused_count):fused_count]
-            cands = Candidates(reranked.items + rest, cands.lists, reranked.citation, reranked.seeds)
+            cands = reranked.replace(reranked.items + rest)
             stages["rerank"] = {"ms": _ms(t), "reranker": prof.reranker, "hits": len(reranked), **info}
         if prof.diversity is not None and cands.items:
             t = time.perf_counter()
@@ -284,7 +284,7 @@ class Searcher:
         ids = cands.ids
         need_vecs = dv.near_duplicate is not None or dv.mmr_lambda is not None
         vecs = engine.vectors(ids) if need_vecs and isinstance(engine, VectorSearch) else {}
-        keep, dropped = diversify(ids, engine.doc_info(ids), vectors=vecs, by_work=dv.by_work,
+        keep, dropped = diversify(ids, cands.doc_info(engine), vectors=vecs, by_work=dv.by_work,
                                   near_duplicate=dv.near_duplicate, per_page=dv.per_page,
                                   per_author=dv.per_author, per_venue=dv.per_venue,
                                   limit=None if dv.mmr_lambda is not None else limit)

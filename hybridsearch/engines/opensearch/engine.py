@@ -421,11 +421,23 @@ class OpenSearchEngine:
             out.update({d["_id"]: d.get("_source", {}) for d in got["docs"] if d.get("found")})
         return out
 
+    def _fields(self, ids: Sequence[str], includes: Sequence[str], what: str) -> dict[str, dict[str, Any]]:
+        """Chosen `_source` fields of existing chunks by an ids search: on the query path it costs
+        about half an mget, which is realtime and rebuilds each chunk's derived source."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(dict.fromkeys(ids))
+        for i in range(0, len(ids), _PAGE):
+            page = ids[i:i + _PAGE]
+            body = {"size": len(page), "query": {"ids": {"values": page}}, "_source": list(includes),
+                    "track_total_hits": False}
+            out.update({h["_id"]: h.get("_source", {}) for h in self._search(body, what)["hits"]["hits"]})
+        return out
+
     def get(self, ids: Sequence[str]) -> dict[str, Document]:
         return {i: Q.from_source(src) for i, src in self._sources(ids).items()}
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
-        return {i: DocInfo.of(d) for i, d in self.get(ids).items()}
+        return {i: Q.info_from_source(s) for i, s in self._fields(ids, Q.INFO_FIELDS, "doc info").items()}
 
     def count(self) -> int:
         """Chunks in the index; 0 before the first write creates it."""
@@ -653,7 +665,7 @@ class OpenSearchEngine:
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         """The graph as stored on each chunk (`graph`, written by `set_graph`)."""
         out: dict[str, Neighbors] = {}
-        for i, s in self._sources(ids, ["graph"]).items():
+        for i, s in self._fields(ids, ["graph"], "neighbors").items():
             g = s.get("graph")
             out[i] = Neighbors() if not g else Neighbors(
                 tuple(g.get("cites", [])), tuple(g.get("cited_by", [])), tuple(g.get("cocited", [])),
@@ -670,7 +682,10 @@ class OpenSearchEngine:
         return [WorkLinks(w, ym, tuple(sorted(c))) for w, (ym, c) in sorted(works.items())]
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
-        """Write each chunk's `graph` (a partial update of every chunk), then the summary."""
+        """Write each chunk's `graph` (a partial update of every chunk; an unchanged one is a noop),
+        expunge the deleted copies the updates left, then write the summary. Lucene counts deleted
+        copies in BM25's document counts and lengths until a merge drops them, so without the
+        expunge a graph build would shift every BM25 score."""
         self.ensure_index()
         graph = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]["graph"]
         with self._errors("write mapping"):  # indices made before the field existed get it here
@@ -678,6 +693,11 @@ class OpenSearchEngine:
         chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
         empty = Neighbors()
         self._update([i for i, _ in chunks], [_graph_source(works.get(w, empty)) for _, w in chunks])
+        with self._errors("expunge deletes"):
+            self.client.indices.refresh(index=self.write_alias)  # the merge sees the deletes once refreshed
+            self.client.indices.forcemerge(index=self.write_alias, params={
+                "only_expunge_deletes": "true", "request_timeout": max(self.settings.opensearch_timeout, 600.0)})
+            self.client.indices.refresh(index=self.write_alias)
         self.set_meta("graph", summary.as_dict())
 
     def graph_summary(self) -> GraphSummary | None:

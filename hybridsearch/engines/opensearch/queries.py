@@ -15,7 +15,7 @@ import numpy as np
 
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.hdc import DIM as HDC_DIM
-from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, DocInfo, Document, Filters
 from hybridsearch.scoring import indexed_tokens
 
 KnnEngine = Literal["lucene", "faiss"]
@@ -99,6 +99,16 @@ def to_source(doc: Document, tokens: Mapping[str, list[str]], dense_hash: str, v
 def from_source(src: Mapping[str, Any]) -> Document:
     """The document stored in a chunk's `_source`."""
     return Document.model_validate({k: v for k, v in src.items() if k in DOC_FIELDS}, strict=False)
+
+
+INFO_FIELDS = ("id", "work_id", "source", "page", "authors", "venue", "kind", "title", "subjects", "year")
+
+
+def info_from_source(src: Mapping[str, Any]) -> DocInfo:
+    """A chunk's DocInfo from its `_source` fetched with INFO_FIELDS only."""
+    return DocInfo(src.get("work_id") or src["id"], src.get("source"), src.get("page"),
+                   tuple(src.get("authors") or ()), src.get("venue"), src.get("kind"), src.get("title") or "",
+                   tuple(src.get("subjects") or ()), src.get("year"))
 
 
 # -- filters ----------------------------------------------------------------------------------
