@@ -683,9 +683,9 @@ class OpenSearchEngine:
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
         """Write each chunk's `graph` (a partial update of every chunk; an unchanged one is a noop),
-        expunge the deleted copies the updates left, then write the summary. Lucene counts deleted
-        copies in BM25's document counts and lengths until a merge drops them, so without the
-        expunge a graph build would shift every BM25 score."""
+        then the summary. Each update leaves a soft-deleted copy, which Lucene's BM25 statistics
+        count until the soft-delete retention lets a merge drop it: BM25 scores shift slightly
+        after a first build, as after any re-ingest."""
         self.ensure_index()
         graph = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]["graph"]
         with self._errors("write mapping"):  # indices made before the field existed get it here
@@ -693,11 +693,6 @@ class OpenSearchEngine:
         chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
         empty = Neighbors()
         self._update([i for i, _ in chunks], [_graph_source(works.get(w, empty)) for _, w in chunks])
-        with self._errors("expunge deletes"):
-            self.client.indices.refresh(index=self.write_alias)  # the merge sees the deletes once refreshed
-            self.client.indices.forcemerge(index=self.write_alias, params={
-                "only_expunge_deletes": "true", "request_timeout": max(self.settings.opensearch_timeout, 600.0)})
-            self.client.indices.refresh(index=self.write_alias)
         self.set_meta("graph", summary.as_dict())
 
     def graph_summary(self) -> GraphSummary | None:
