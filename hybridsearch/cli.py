@@ -448,7 +448,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from query_service.evaluate import ablation_specs, eval_index_name, format_table, run_eval, run_specs
+    from query_service.evaluate import ablation_specs, eval_index_name, format_table, plot, run_eval, run_specs
 
     dataset = Path(args.dataset)
     channels = args.channels
@@ -467,6 +467,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.plot:
+        plot(results, Path(args.plot), title=f"{dataset.resolve().name} ({args.split})")
     return 0
 
 
@@ -679,6 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ablation", action="store_true", help="RFC-0003's five runs: lexical, vector, hybrid "
                    "without citation, with citation, with citation and the reranker")
     s.add_argument("--json", metavar="OUT", help="write {run: metrics} JSON here")
+    s.add_argument("--plot", metavar="OUT.png", help="draw nDCG@10 per run and per intent as a PNG here")
     s.add_argument("--split", default="test", help="the qrels split to score (default: test)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     s.set_defaults(func=cmd_eval)

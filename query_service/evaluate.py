@@ -175,6 +175,37 @@ def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, spl
     return results
 
 
+def plot(results: Mapping[str, Mapping[str, float]], out: Path, title: str = "") -> None:
+    """nDCG@10 as grouped bars: one group for all queries and one per intent, one bar per run;
+    written as PNG to `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in results if "@" not in r]
+    groups = ["all"] + sorted({r.partition("@")[2] for r in results if "@" in r})
+    width = 0.8 / max(1, len(runs))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 + 0.3 * len(groups) * max(1, len(runs))), 4.5))
+    for n, run in enumerate(runs):
+        keys = [run if g == "all" else f"{run}@{g}" for g in groups]
+        values = [results[k]["ndcg@10"] if k in results else 0.0 for k in keys]
+        bars = ax.bar([g + n * width for g in range(len(groups))], values, width, label=run)
+        ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+    ax.set_xticks([g + width * (len(runs) - 1) / 2 for g in range(len(groups))], groups)
+    ax.set_ylabel("nDCG@10")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title or "nDCG@10 per run and intent")
+    ax.legend(fontsize=7, ncols=2)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, format="png", dpi=120)
+    except OSError as e:
+        raise ValidationError(f"cannot write the plot: {e.strerror or e}", source=str(out)) from None
+    finally:
+        plt.close(fig)
+
+
 def format_table(results: dict[str, dict[str, float]]) -> str:
     cols = ["ndcg@10", "recall@20", "recall@100", "mrr@10", "p50_ms", "p95_ms"]
     width = max([len("run")] + [len(n) for n in results])

@@ -67,14 +67,16 @@ class Weights(BaseModel):
 
 
 # The one table of weights, per intent (lexical, semantic, citation, field_match, freshness,
-# authority). Foundational bias: survey and prereq give freshness nothing and citation and
-# authority more; authority stays small everywhere (RFC-0003 §10.2: popularity must not dominate).
+# authority), fitted by bench/tune_rerank.py on SciFact's train split and the demo corpus only
+# (0.05 grid, lexical = semantic, authority at most 0.15 so popularity cannot dominate, RFC-0003
+# §10.2). Foundational bias: no row rewards recency (freshness 0; neither tuning set dates its
+# answers), and prereq leans on what the seeds cite and on authority.
 WEIGHTS: dict[str, tuple[float, float, float, float, float, float]] = {
-    "lookup":  (0.45, 0.45, 0.00, 0.10, 0.00, 0.00),
-    "compare": (0.45, 0.45, 0.00, 0.10, 0.00, 0.00),
-    "survey":  (0.35, 0.35, 0.10, 0.05, 0.00, 0.15),
-    "prereq":  (0.20, 0.20, 0.50, 0.05, 0.00, 0.05),
-    "related": (0.30, 0.30, 0.30, 0.05, 0.00, 0.05),
+    "lookup":  (0.35, 0.35, 0.15, 0.15, 0.00, 0.00),
+    "compare": (0.25, 0.25, 0.40, 0.05, 0.00, 0.05),
+    "survey":  (0.30, 0.30, 0.30, 0.10, 0.00, 0.00),
+    "prereq":  (0.10, 0.10, 0.65, 0.00, 0.00, 0.15),
+    "related": (0.30, 0.30, 0.20, 0.20, 0.00, 0.00),
 }
 
 

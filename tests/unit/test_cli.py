@@ -36,8 +36,10 @@ def test_stats_and_search(demo_copy) -> None:
 
 def test_eval_runs_and_json_contract(demo_copy, tmp_path) -> None:
     out = tmp_path / "m.json"
+    png = tmp_path / "ndcg.png"
     res = cli("eval", str(DEMO), "--channels", "bm25,dense", "--index-dir", str(demo_copy),
-              "--json", str(out), "-q")
+              "--json", str(out), "-q", "--plot", str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     data = json.loads(out.read_text())
     intents = ["compare", "lookup", "prereq", "related", "survey"]  # the demo queries carry metadata.intent
     assert list(data) == [f"{run}{tail}" for run in ("bm25", "dense") for tail in ["", *(f"@{i}" for i in intents)]]

@@ -99,6 +99,7 @@ def test_low_confidence_flag(searcher) -> None:
     strict = get_profile("hybrid").model_copy(update={"reranker_config": {"low_margin": 1.0}})
     res = searcher.search("Heine-Borel theorem statement", strict, k=10)
     assert res.diagnostics["stages"]["rerank"]["low_confidence"].startswith("top two within")
+    # above the semantic floor, but weakly: the top hit's cosine is below 0.40
     res = searcher.search("how to frobnicate a widget in a compact space", "hybrid", k=10)
     assert res.diagnostics["stages"]["rerank"]["low_confidence"].startswith("top hit's cosine"), res.diagnostics
 
@@ -165,3 +166,20 @@ def test_restricted_never_reaches_a_snippet(restricted) -> None:
     assert secret not in shown
     full = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open", "restricted"}, with_documents=True)
     assert secret in " ".join(item.text for item in full.evidence.items)
+
+
+def test_ablation_rows_and_what_citation_buys(demo_copy, encoder) -> None:
+    from query_service.evaluate import ablation_specs, run_eval
+    from tests.conftest import DEMO
+
+    specs = ablation_specs()
+    assert [s.name for s in specs] == ["lexical", "vector", "hybrid-no-citation", "hybrid+citation",
+                                       "hybrid+citation+reranker"]
+    # the citation-only row reranks on lexical, semantic and citation alone, renormalised
+    cfg = specs[3].profile.reranker_config["weights"]
+    assert all(w.field_match == w.freshness == w.authority == 0 for w in cfg.values())
+    assert specs[2].profile.citation is None and specs[2].profile.reranker is None
+    res = run_eval(DEMO, specs[2:], target=demo_copy, encoder=encoder, progress=False, log=lambda m: None)
+    # prerequisite questions are answered by what the named result cites
+    assert res["hybrid+citation@prereq"]["ndcg@10"] > res["hybrid-no-citation@prereq"]["ndcg@10"] + 0.2
+    assert res["hybrid+citation+reranker"]["ndcg@10"] > res["hybrid-no-citation"]["ndcg@10"]
