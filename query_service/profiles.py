@@ -151,8 +151,10 @@ KB_FAST = Profile(name="kb-fast", description="MRP-VM kb-fast: BM25 only, max pr
                   channels={"bm25": ChannelSpec(k=100)}, max_results=3, min_score=0.35, gap=0.5)
 KB_THINKINGDB = Profile(
     name="kb-thinkingdb",
-    description="MRP-VM kb-thinkingdb: BM25 (+ bounded symbolic expansion once that stage is installed)",
-    channels={"bm25": ChannelSpec(k=100)}, max_results=8, min_score=0.12, gap=0.25, expansion="symbolic")
+    description="MRP-VM kb-thinkingdb: BM25 (+ bounded symbolic expansion once that stage is installed), "
+    "the math reranker",
+    channels={"bm25": ChannelSpec(k=100)}, max_results=8, min_score=0.12, gap=0.25, expansion="symbolic",
+    reranker="math")
 KB_BALANCED = Profile(
     name="kb-balanced", description="MRP-VM kb-balanced: BM25, HDC escalation, agreement fusion",
     channels={"bm25": ChannelSpec(k=100)}, fuser="agreement",
