@@ -91,7 +91,12 @@ def test_retrieve_contract(service) -> None:
     assert body["reranked"][0]["id"].startswith("topo-brouwer") and len(body["reranked"]) <= 5
     for hit in body["reranked"]:
         assert sum(hit["contributions"].values()) == pytest.approx(hit["score"], abs=1e-9)
+        assert hit["components"] and all(0 <= v <= 1 for v in hit["components"].values())
     assert all(c["channels"] for c in body["candidates"])
+    # the request's mode is the search's intent: prereq follows what the seeds cite
+    assert body["diagnostics"]["intent"]["name"] == "lookup" and body["diagnostics"]["intent"]["rule"] == "given"
+    pre = _post(service, service["keys"]["all"], {"query": "Brouwer fixed point theorem", "k": 5, "mode": "prereq"})
+    assert pre.json()["diagnostics"]["stages"]["expand"]["directions"] == ["cites"]
     assert body["evidence_pack"]["items"] and body["diagnostics"]["stages"]["channels"]["hits"]
     assert body["diagnostics"]["mode"] == "lookup" and 0 <= body["diagnostics"]["confidence"]["margin"] <= 1
     assert httpx.get(service["url"] + "/healthz").json() == {"status": "ok"}
