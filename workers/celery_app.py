@@ -49,7 +49,13 @@ def make_app(url: str | None = None, settings: Settings | None = None) -> Celery
     s = settings or get_settings()
     url = url or redis_url(s)
     app = Celery("hybridsearch", broker=url, backend=url, include=["workers.tasks"])
-    transport = {"visibility_timeout": s.worker_visibility_timeout}
+    vt = s.worker_visibility_timeout
+    # kombu sweeps for tasks whose worker vanished every interval x throttle seconds (10 x 10 by
+    # default) under a lock that a worker killed mid-sweep holds for 300 s: scan every
+    # min(10, timeout / 2) s instead, and let a dead sweeper's lock lapse after 30 s (a sweep
+    # takes milliseconds), so redelivery follows the visibility timeout closely
+    transport = {"visibility_timeout": vt, "unacked_restore_interval": max(1, min(10, vt // 2)),
+                 "unacked_restore_throttle": 1, "unacked_mutex_expire": 30}
     app.conf.update(
         task_serializer="json", result_serializer="json", accept_content=["json"],
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,

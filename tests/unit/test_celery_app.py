@@ -16,6 +16,11 @@ def test_queues_delivery_and_visibility_come_from_settings(monkeypatch) -> None:
     assert sorted(q.name for q in conf.task_queues) == ["embed", "graph", "hdc"]
     assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1
     assert conf.broker_transport_options["visibility_timeout"] == 7200
+    # a vanished worker's tasks are looked for every 10 s, with no throttle and a short sweep lock
+    assert conf.broker_transport_options["unacked_restore_interval"] == 10
+    assert conf.broker_transport_options["unacked_restore_throttle"] == 1
+    assert make_app("redis://127.0.0.1:6379/0", Settings(worker_visibility_timeout=5)).conf.broker_transport_options[
+        "unacked_restore_interval"] == 2
     assert conf.result_expires == 600
     assert conf.task_routes["hybridsearch.hdc_encode"] == {"queue": "hdc"}
     assert conf.task_routes["hybridsearch.graph"] == {"queue": "graph"}
