@@ -30,13 +30,15 @@ class Candidates:
     """`items` best first. `lists`: every channel's result (for explanations and features).
     `citation`: citation-expansion scores in [0, 1] by id (absent: 0). `seeds`: the ids
     expansion started from. `infos`: DocInfo fetched so far, shared by the stages (one engine
-    request per stage at most, for the ids not fetched before)."""
+    request per stage at most, for the ids not fetched before). `cosines`: raw query cosines the
+    stages have learnt (semantic floor, reranker), so none is asked for twice."""
 
     items: list[Candidate]
     lists: dict[str, RankedList]
     citation: dict[str, float] = field(default_factory=dict)
     seeds: list[str] = field(default_factory=list)
     infos: dict[str, DocInfo] = field(default_factory=dict)
+    cosines: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ids: Iterable[str], scores: Iterable[float], contributions: Iterable[dict[str, float]],
@@ -60,7 +62,8 @@ class Candidates:
 
     def replace(self, items: list[Candidate], **changes: Any) -> Candidates:
         """These items instead, with everything else carried over (or changed)."""
-        kept = {"lists": self.lists, "citation": self.citation, "seeds": self.seeds, "infos": self.infos}
+        kept = {"lists": self.lists, "citation": self.citation, "seeds": self.seeds, "infos": self.infos,
+                "cosines": self.cosines}
         return Candidates(items, **{**kept, **changes})
 
     def doc_info(self, engine: Reader, ids: Sequence[str] | None = None) -> dict[str, DocInfo]:

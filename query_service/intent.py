@@ -10,6 +10,8 @@ from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from hybridsearch.errors import QueryError
+
 IntentName = Literal["lookup", "survey", "compare", "prereq", "related"]
 INTENTS: tuple[str, ...] = get_args(IntentName)
 
@@ -103,7 +105,5 @@ class RuleIntentClassifier:
 def given(query: str, name: str, classifier: IntentClassifier) -> Intent:
     """The intent a caller named (the HTTP `mode`, `--intent`): the classifier still finds the focus."""
     if name not in INTENTS:
-        from hybridsearch.errors import QueryError
-
         raise QueryError(f"intent must be one of {', '.join(INTENTS)}, got {name!r}")
     return Intent(name, classifier.classify(query).focus, "given")

@@ -164,12 +164,15 @@ class MathReranker:
 
     @staticmethod
     def _cosines(query: QueryContext, cands: Candidates, engine: Any) -> dict[str, float]:
-        """Raw cosines: the dense channel's, and `vector_score` for the other candidates."""
+        """Raw cosines: the dense channel's, those earlier stages learnt, and `vector_score` for the
+        other candidates (recorded on `cands` for the stages after)."""
         rl = cands.lists.get("dense")
-        cos = best_scores(rl) if rl is not None else {}
+        cos = {**cands.cosines, **(best_scores(rl) if rl is not None else {})}
         others = [i for i in cands.ids if i not in cos]
         if others and isinstance(engine, VectorSearch):
-            cos.update(engine.vector_score(query.vector, others))
+            got = engine.vector_score(query.vector, others)
+            cands.cosines.update(got)
+            cos.update(got)
         return cos
 
     def _field_match(self, query: QueryContext, ids: list[str], infos: Mapping[str, DocInfo]) -> dict[str, float]:

@@ -99,31 +99,28 @@ class Searcher:
         self.encoder = encoder
         self.query_log, self.origin = query_log, origin
         self._log_fields = engine_fields(self.engine)
-        self._channels: dict[tuple[str, str], Channel] = {}
-        self._fusers: dict[tuple[str, str], Fuser] = {}
-        self._rerankers: dict[tuple[str, str], Any] = {}
-        self._classifiers: dict[str, Any] = {}
+        self._plugins: dict[tuple[str, str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
 
-    def _channel(self, name: str, spec: ChannelSpec) -> Channel:
-        key = (name, repr(sorted(spec.config.items())))
-        if key not in self._channels:
-            cls = plugins.load("channels", name)
+    def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
+        """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
+        a config the plugin's Config refuses is one ConfigError naming the plugin."""
+        key = (group, name, repr(sorted(config.items())))
+        if key not in self._plugins:
+            cls = plugins.load(group, name)
             try:
-                self._channels[key] = cls(cls.Config(**spec.config))
+                self._plugins[key] = cls(cls.Config(**config))
             except ValueError as e:
-                raise ConfigError(f"channel {name!r}: {e}") from e
-        return self._channels[key]
+                raise ConfigError(f"{group[:-1]} {name!r}: {e}") from e
+        return self._plugins[key]
+
+    def _channel(self, name: str, spec: ChannelSpec) -> Channel:
+        channel: Channel = self._plugin("channels", name, spec.config)
+        return channel
 
     def _fuser(self, profile: Profile) -> Fuser:
-        key = (profile.fuser, repr(sorted(profile.fuser_config.items())))
-        if key not in self._fusers:
-            cls = plugins.load("fusers", profile.fuser)
-            try:
-                self._fusers[key] = cls(cls.Config(**profile.fuser_config))
-            except ValueError as e:
-                raise ConfigError(f"fuser {profile.fuser!r}: {e}") from e
-        return self._fusers[key]
+        fuser: Fuser = self._plugin("fusers", profile.fuser, profile.fuser_config)
+        return fuser
 
     def search(self, query: str, profile: Profile | str = "hybrid", *, k: int | None = None,
                filters: Filters | None = None, with_documents: bool = False,
@@ -210,6 +207,7 @@ class Searcher:
         else:
             fused = fuser.fuse(lists, pool)
             cands = Candidates.of(fused.ids, fused.scores, fused.contributions, lists)
+        cands.cosines.update(cosines or {})
         stages["fuse"] = {"ms": _ms(t), "hits": len(cands)}
         if (prof.min_score > 0 or prof.gap > 0) and cands.items:
             t = time.perf_counter()
@@ -236,7 +234,7 @@ class Searcher:
             stages["diversity"] = {"ms": _ms(t), "hits": len(cands), "dropped": dropped}
         cands = cands.head(limit)
         if cosines is not None:
-            unknown = [i for i in cands.ids if i not in cosines]
+            unknown = [i for i in cands.ids if i not in cands.cosines]
             have = engine.vector_score(ctx.vector, unknown) if unknown else {}
             unvectored = [i for i in unknown if i not in have]
             if unvectored:
@@ -261,22 +259,11 @@ class Searcher:
         return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
 
     def _intent(self, query: str, given_name: str | None) -> Intent:
-        name = get_settings().intent_classifier
-        if name not in self._classifiers:
-            cls = plugins.load("intents", name)
-            self._classifiers[name] = cls(cls.Config())
-        classifier = self._classifiers[name]
+        classifier = self._plugin("intents", get_settings().intent_classifier, {})
         return given(query, given_name, classifier) if given_name is not None else classifier.classify(query)
 
     def _reranker(self, prof: Profile) -> Reranker:
-        key = (prof.reranker or "", repr(sorted(prof.reranker_config.items())))
-        if key not in self._rerankers:
-            cls = plugins.load("rerankers", key[0])
-            try:
-                self._rerankers[key] = cls(cls.Config(**prof.reranker_config))
-            except ValueError as e:
-                raise ConfigError(f"reranker {key[0]!r}: {e}") from e
-        reranker: Reranker = self._rerankers[key]
+        reranker: Reranker = self._plugin("rerankers", prof.reranker or "", prof.reranker_config)
         return reranker
 
     @staticmethod
