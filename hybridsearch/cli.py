@@ -147,10 +147,15 @@ def _print_explain(result: Any) -> None:
     d = result.diagnostics
     if "intent" in d:
         print(f"  intent {d['intent']['name']} ({d['intent']['rule']}); focus: {d['intent']['focus']}")
-    rerank = d.get("stages", {}).get("rerank", {})
-    for key in ("degraded", "low_confidence"):
-        if key in rerank:
-            print(f"  {key.replace('_', ' ')}: {rerank[key]}")
+    stages = d.get("stages", {})
+    for name, stage in stages.items():
+        for key in ("degraded", "low_confidence"):
+            if key in stage:
+                print(f"  {name}: {key.replace('_', ' ')}: {stage[key]}")
+    terms = stages.get("symbolic", {}).get("terms", [])
+    if terms:
+        print("  symbolic expansion terms: " + "; ".join(f"{t['term']} (hop {t['hop']}, {t['weight']:.3f})"
+                                                         for t in terms))
     for h in result.hits:
         parts = " + ".join(f"{c} {v:.4f}" for c, v in h.contributions.items())
         chans = ", ".join(f"{c}: raw {cs.raw:.4f}, norm {cs.normalized:.3f}, rank {cs.rank}"
@@ -158,6 +163,8 @@ def _print_explain(result: Any) -> None:
         comps = ", ".join(f"{c} {v:.3f}" for c, v in h.components.items())
         tail = f"  components: {comps}" if comps else ""
         print(f"  {h.rank:>3}  {h.id}: {h.score:.4f} = {parts}   [{chans}]{tail}")
+        if h.via:
+            print(f"       reached by symbolic expansion: {h.via}")
 
 
 def _print_hits(result: Any, show_title: bool = True) -> None:

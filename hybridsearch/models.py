@@ -86,7 +86,14 @@ class Document(_Model):
     @classmethod
     def _metadata_finite(cls, v: dict[str, Any]) -> dict[str, Any]:
         check_finite(v)
+        if "facts" in v:
+            parse_facts(v["facts"])
         return v
+
+    @property
+    def facts(self) -> list[Fact]:
+        """The facts given explicitly under `metadata.facts` (indexer.facts extracts more)."""
+        return parse_facts(self.metadata.get("facts", []))
 
     @model_validator(mode="after")
     def _has_content(self) -> Document:
@@ -100,6 +107,35 @@ class Document(_Model):
     def dense_text(self) -> str:
         """The text the dense channel embeds: title + " " + text (BEIR convention)."""
         return f"{self.title} {self.text}".strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A (subject, relation, object) statement for symbolic expansion, e.g. ("Tietze extension
+    theorem", "requires", "normal space")."""
+
+    subject: str
+    relation: str
+    object: str
+
+    def __str__(self) -> str:
+        return f"{self.subject} {self.relation} {self.object}"
+
+
+def parse_facts(value: Any) -> list[Fact]:
+    """`metadata.facts`: a list of [subject, relation, object] or {"subject", "relation", "object"},
+    each a non-empty string; otherwise one ValueError naming the item."""
+    if not isinstance(value, list):
+        raise ValueError("facts: expected a list of [subject, relation, object]")
+    out = []
+    for i, item in enumerate(value):
+        parts = ([item.get(k) for k in ("subject", "relation", "object")] if isinstance(item, Mapping)
+                 else item if isinstance(item, list) and len(item) == 3 else [None])
+        texts = [p.strip() for p in parts if isinstance(p, str) and p.strip()]
+        if len(texts) != 3:
+            raise ValueError(f"facts[{i}]: expected [subject, relation, object], three non-empty strings")
+        out.append(Fact(*texts))
+    return out
 
 
 class Query(_Model):
@@ -217,6 +253,7 @@ class Hit:
     contributions: dict[str, float] = field(default_factory=dict)
     document: Document | None = None
     components: dict[str, float] = field(default_factory=dict)  # a reranker's features, each in [0, 1]
+    via: str = ""  # the chain of facts by which symbolic expansion reached it
 
 
 class SearchResult(BaseModel):

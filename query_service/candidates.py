@@ -28,7 +28,8 @@ class Candidate:
 @dataclass(slots=True)
 class Candidates:
     """`items` best first. `lists`: every channel's result (for explanations and features).
-    `citation`: citation-expansion scores in [0, 1] by id (absent: 0). `seeds`: the ids
+    `citation`: citation-expansion scores in [0, 1] by id (absent: 0). `symbolic`: symbolic
+    closure weights in [0, 1] by id, and `via`: the chain of facts that reached each. `seeds`: the ids
     expansion started from. `infos`: DocInfo fetched so far, shared by the stages (one engine
     request per stage at most, for the ids not fetched before). `cosines`: raw query cosines the
     stages have learnt (semantic floor, reranker), so none is asked for twice."""
@@ -36,6 +37,8 @@ class Candidates:
     items: list[Candidate]
     lists: dict[str, RankedList]
     citation: dict[str, float] = field(default_factory=dict)
+    symbolic: dict[str, float] = field(default_factory=dict)
+    via: dict[str, str] = field(default_factory=dict)
     seeds: list[str] = field(default_factory=list)
     infos: dict[str, DocInfo] = field(default_factory=dict)
     cosines: dict[str, float] = field(default_factory=dict)
@@ -53,6 +56,12 @@ class Candidates:
     def scores(self) -> list[float]:
         return [c.score for c in self.items]
 
+    def strongest(self, n: int, ratio: float) -> dict[str, float]:
+        """The seeds an expansion starts from: the first `n` candidates scoring at least `ratio`
+        times the top score, each with its strength, its score over the top score."""
+        top = self.items[0].score if self.items else 0.0
+        return {c.id: c.score / top for c in self.items[:n] if top > 0 and c.score >= ratio * top}
+
     def keep(self, positions: Iterable[int]) -> Candidates:
         """The candidates at these positions, in this order."""
         return self.replace([self.items[i] for i in positions])
@@ -62,8 +71,8 @@ class Candidates:
 
     def replace(self, items: list[Candidate], **changes: Any) -> Candidates:
         """These items instead, with everything else carried over (or changed)."""
-        kept = {"lists": self.lists, "citation": self.citation, "seeds": self.seeds, "infos": self.infos,
-                "cosines": self.cosines}
+        kept = {"lists": self.lists, "citation": self.citation, "symbolic": self.symbolic, "via": self.via,
+                "seeds": self.seeds, "infos": self.infos, "cosines": self.cosines}
         return Candidates(items, **{**kept, **changes})
 
     def doc_info(self, engine: Reader, ids: Sequence[str] | None = None) -> dict[str, DocInfo]:

@@ -51,9 +51,7 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     if not has_graph or not cands.items:
         diag["skipped"] = "the engine has no citation graph" if cands.items else "no candidates"
         return cands, diag
-    top = cands.items[0].score
-    seeds = [c for c in cands.items[:config.seeds] if top > 0 and c.score >= config.seed_ratio * top]
-    strength = {c.id: c.score / top for c in seeds}
+    strength = cands.strongest(config.seeds, config.seed_ratio)
     neighbors = engine.neighbors(list(strength))
     infos = cands.doc_info(engine)
     reached: dict[str, float] = {}  # work id -> summed seed strength

@@ -75,6 +75,7 @@ class RankedHit(BaseModel):
     contributions: dict[str, float]
     components: dict[str, float] = Field(default_factory=dict, description="the reranker's features, each in "
                                          "[0, 1]; contributions are these times their weights")
+    via: str = Field(default="", description="the chain of facts by which symbolic expansion reached it")
     title: str | None = None
     work_id: str | None = None
 
@@ -299,7 +300,7 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         state.zero.inc()
     if str(diag.get("reason", "")).startswith("out of domain"):
         state.ood.inc()
-    if any(k.endswith("degraded") and v for k, v in diag.items()) or "expansion" in diag:
+    if any("degraded" in stage for stage in diag.get("stages", {}).values()):
         state.degraded.inc()
     evidence = result.evidence
     if evidence is None and result.hits:
@@ -311,7 +312,7 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         candidates=[Candidate(id=h.id, channels={c: ChannelView(raw=s.raw, normalized=s.normalized, rank=s.rank)
                                                  for c, s in h.channels.items()}) for h in result.hits],
         reranked=[RankedHit(rank=h.rank, id=h.id, score=h.score, contributions=h.contributions,
-                            components=h.components,
+                            components=h.components, via=h.via,
                             title=h.document.title if h.document else None,
                             work_id=h.document.work_id if h.document else None) for h in result.hits],
         evidence_pack=None if evidence is None else evidence.model_dump(),

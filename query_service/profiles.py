@@ -15,6 +15,9 @@ from hybridsearch.errors import ConfigError, ValidationError
 from hybridsearch.models import validate_record
 from query_service.citation import CitationConfig
 from query_service.evidence import EvidenceConfig
+from query_service.symbolic import SymbolicConfig
+
+EXPANSIONS = ("aliases", "voicevault", "symbolic")  # the Searcher's query expansion stages
 
 
 class ChannelSpec(BaseModel):
@@ -74,13 +77,23 @@ class Profile(BaseModel):
                                  "hybridsearch.rerankers), run on the fused top candidates")
     reranker_config: dict[str, Any] = Field(default_factory=dict)
     rerank_top: int = Field(default=100, ge=1, le=1000, description="fused candidates the reranker sees")
-    expansion: str | None = Field(default=None, description="a query expansion stage by name; "
-                                  "'symbolic' is the seam for bounded symbolic closure")
+    expansion: str | None = Field(default=None, description="a query expansion stage by name: aliases, "
+                                  "voicevault, or symbolic (the bounded symbolic closure over facts)")
+    symbolic: SymbolicConfig = Field(default_factory=SymbolicConfig,
+                                     description="the symbolic closure's bounds, when expansion is symbolic")
+
+    @pydantic.field_validator("expansion")
+    @classmethod
+    def _known_expansion(cls, v: str | None) -> str | None:
+        if v is not None and v not in EXPANSIONS:
+            raise ValueError(f"unknown expansion {v!r}; valid: {', '.join(EXPANSIONS)}")
+        return v
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
         """A copy with request-time overrides: `max_results`, `min_score`, `gap`, `<channel>.k`,
         `<channel>.<param>` (the channel plugin's Config), `fuser.<param>` (the fuser's Config),
-        `escalation.<param>`. Every value is validated; an error names the parameter and its range."""
+        `escalation.<param>`, `diversity.<param>`, `evidence.<param>`, `symbolic.<param>`. Every
+        value is validated; an error names the parameter and its range."""
         if not overrides:
             return self
         data = self.model_dump()
@@ -96,7 +109,7 @@ class Profile(BaseModel):
                 data["fuser_config"][param] = value
             elif head == "escalation" and param and data["escalation"] is not None:
                 data["escalation"][param] = value
-            elif head in ("diversity", "evidence") and param:
+            elif head in ("diversity", "evidence", "symbolic") and param:
                 data[head] = {**(data[head] or {}), param: value}
             else:
                 valid = ["max_results", "min_score", "gap", "fuser.<param>"] + [
@@ -151,8 +164,7 @@ KB_FAST = Profile(name="kb-fast", description="MRP-VM kb-fast: BM25 only, max pr
                   channels={"bm25": ChannelSpec(k=100)}, max_results=3, min_score=0.35, gap=0.5)
 KB_THINKINGDB = Profile(
     name="kb-thinkingdb",
-    description="MRP-VM kb-thinkingdb: BM25 (+ bounded symbolic expansion once that stage is installed), "
-    "the math reranker",
+    description="MRP-VM kb-thinkingdb: BM25, bounded symbolic expansion over facts, the math reranker",
     channels={"bm25": ChannelSpec(k=100)}, max_results=8, min_score=0.12, gap=0.25, expansion="symbolic",
     reranker="math")
 KB_BALANCED = Profile(

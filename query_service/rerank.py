@@ -9,7 +9,9 @@ and a hit's contributions (w_i x component_i) sum to its score.
 - lexical: the BM25 channel's score, min-max normalised over its list (0 when BM25 did not find it)
 - semantic: raw cosine, min-max normalised by the dense list's range and clipped (cosines of
   candidates the dense channel did not return come from `vector_score`; 0 without a vector)
-- citation: the citation-expansion score (query_service.citation)
+- citation: relational evidence: the citation-expansion score (query_service.citation) or, under
+  symbolic expansion, the closure's weight (query_service.symbolic: seed strength x 0.35 per hop),
+  the larger where both ran
 - field_match: 1 when the chunk's title, as analysed tokens, occurs in the query (an exact name
   match; the analyser maps notation variants to one form, so "C-star algebra" matches
   "C*-algebra"); otherwise the share of the query's tokens among its subjects' tokens
@@ -119,10 +121,12 @@ class MathReranker:
         self._titles: dict[str, tuple[str, ...]] = {}  # analysed titles and subjects, by chunk id
 
     def rerank(self, query: QueryContext, cands: Candidates, engine: Any) -> tuple[Candidates, dict[str, Any]]:
-        t0 = time.perf_counter()
         cfg = self.config
         intent = query.intent.name if query.intent is not None else "lookup"
         weights = cfg.weights.get(intent, cfg.weights["lookup"]).as_dict()
+        if weights["semantic"] > 0 and isinstance(engine, VectorSearch):
+            _ = query.vector  # embedding the query is the dense channel's cost, not the reranker's budget
+        t0 = time.perf_counter()
         diag: dict[str, Any] = {"intent": intent, "weights": weights}
         infos = cands.doc_info(engine)
         cosines = self._cosines(query, cands, engine)
@@ -151,7 +155,8 @@ class MathReranker:
         if name == "semantic":
             return _semantic(cands, cosines)
         if name == "citation":
-            return cands.citation
+            return {i: max(cands.citation.get(i, 0.0), cands.symbolic.get(i, 0.0))
+                    for i in cands.citation.keys() | cands.symbolic.keys()}
         if name == "field_match":
             return self._field_match(query, ids, infos)
         if name == "freshness":

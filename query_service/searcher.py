@@ -28,6 +28,7 @@ from query_service.pruning import prune
 from query_service.querylog import QueryLog, engine_fields, make_record
 from query_service.rerank import Reranker
 from query_service.stages import alias_variants, keyword_variant
+from query_service.symbolic import expand as expand_symbolic
 
 
 def _voicevault_variants(query: str) -> list[str]:
@@ -36,8 +37,8 @@ def _voicevault_variants(query: str) -> list[str]:
     return list(dict.fromkeys(out))[:2]
 
 
-# query expansion stages: query text -> other phrasings; "symbolic" (bounded symbolic closure,
-# kb-thinkingdb) is a name reserved for that stage
+# query expansion stages: query text -> other phrasings; "symbolic" (kb-thinkingdb) is the bounded
+# symbolic closure over facts, a stage of its own after fusion (query_service.symbolic)
 _EXPANSIONS: dict[str, Callable[[str], list[str]]] = {
     "aliases": lambda q: alias_variants(q),
     "voicevault": _voicevault_variants,
@@ -161,9 +162,10 @@ class Searcher:
         t0 = time.perf_counter()
         understood = self._intent(query, intent)
         diag["intent"] = {"name": understood.name, "focus": understood.focus, "rule": understood.rule}
-        # with citation expansion the intent plans the search: prereq and related queries find
-        # their seeds by their focus ("the Gauss-Bonnet theorem"), not by the framing words
-        text = understood.focus if prof.citation is not None and understood.name in ("prereq", "related") else query
+        # with citation or symbolic expansion the intent plans the search: prereq and related
+        # queries find their seeds by their focus ("the Gauss-Bonnet theorem"), not by the framing words
+        expands = prof.citation is not None or prof.expansion == "symbolic"
+        text = understood.focus if expands and understood.name in ("prereq", "related") else query
         expand = _EXPANSIONS.get(prof.expansion or "")
         ctx = QueryContext(text, filters, self.encoder, variants=expand(text) if expand else (), intent=understood)
         if ctx.variants:
@@ -219,6 +221,10 @@ class Searcher:
             t = time.perf_counter()
             cands, info = expand_citations(cands, understood.name, engine, filters, prof.citation)
             stages["expand"] = {"ms": _ms(t), "hits": len(cands), **info}
+        if prof.expansion == "symbolic" and cands.items:
+            t = time.perf_counter()
+            cands, info = expand_symbolic(cands, ctx.text, engine, filters, prof.symbolic)
+            stages["symbolic"] = {"ms": _ms(t), "hits": len(cands), **info}
         if prof.reranker is not None and cands.items:
             t = time.perf_counter()
             # the reranker sees the top `rerank_top` fused candidates and those expansion added;
@@ -250,8 +256,6 @@ class Searcher:
             t = time.perf_counter()
             evidence = pack(query, cands.ids, cands.scores, engine.get(cands.ids), prof.evidence)
             stages["evidence"] = {"ms": _ms(t), "items": len(evidence.items), "tokens": evidence.tokens}
-        if prof.expansion is not None and prof.expansion not in _EXPANSIONS:
-            diag["expansion"] = f"stage {prof.expansion!r} is not installed; ran without it"
         diag["ms"] = _ms(t0)
         if not hits:
             diag["reason"] = ("every candidate fell below the score floors" if "prune" in stages
@@ -342,7 +346,7 @@ class Searcher:
 
 def _explain(cands: Candidates) -> list[Hit]:
     """Per hit and channel: raw score, min-max normalised score and 1-based rank; its contributions
-    and, after reranking, its components."""
+    and, after reranking, its components; the chain of facts that reached it, if symbolic expansion did."""
     per_channel: dict[str, dict[str, ChannelScore]] = {}
     for channel, rl in cands.lists.items():
         if not rl.scores:
@@ -354,7 +358,7 @@ def _explain(cands: Candidates) -> list[Hit]:
                 table[id_] = ChannelScore(s, norm[rank - 1], rank)
         per_channel[channel] = table
     return [Hit(c.id, c.score, rank, {ch: t[c.id] for ch, t in per_channel.items() if c.id in t}, c.contributions,
-                components=c.components) for rank, c in enumerate(cands.items, 1)]
+                components=c.components, via=cands.via.get(c.id, "")) for rank, c in enumerate(cands.items, 1)]
 
 
 def _ms(t: float) -> float:

@@ -1,0 +1,124 @@
+"""Symbolic expansion (kb-thinkingdb): facts from conditions, procedures, claims and
+`metadata.facts`; the bounded closure (depth, nodes, time) with its 0.35 discount per hop, shown
+in the explanation; licence fail-closed. On both engines, through the engine contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.errors import ValidationError
+from hybridsearch.models import Document, Fact, validate_record
+from indexer.facts import facts_of, node_key
+from query_service.searcher import Searcher
+from query_service.symbolic import names
+
+UNITS = [
+    Document(id="tietze", title="Tietze extension theorem", license="CC-BY-4.0",
+             text="Every continuous function on a closed subset of a normal space extends to the whole space.",
+             condition="X is a normal space and A is a closed subset of X.",
+             metadata={"facts": [["Tietze extension theorem", "follows from", "Urysohn lemma"]]}),
+    Document(id="normal", title="Normal space", license="CC-BY-4.0",
+             text="A normal space is a topological space in which disjoint closed sets have disjoint neighbourhoods."),
+    Document(id="topo", title="Topological space", license="CC-BY-4.0",
+             text="A topological space is a set with a family of open subsets closed under unions."),
+    Document(id="urysohn", title="Urysohn lemma", license="CC-BY-4.0",
+             text="Disjoint closed sets of a normal space are separated by a continuous function."),
+    Document(id="closed", title="Closed subset", license="proprietary",
+             text="A closed subset is the complement of an open subset."),
+    Document(id="galois", title="Galois extension", license="CC-BY-4.0",
+             text="A field extension that is normal and separable."),
+    Document(id="sylow", title="Sylow theorems", license="CC-BY-4.0", text="Existence of p-subgroups."),
+]
+QUERY = "Tietze extension theorem"
+
+
+def test_facts_from_conditions_procedures_claims_and_metadata() -> None:
+    got = {str(f) for f in facts_of(UNITS[0])}
+    assert got == {"Tietze extension theorem follows from Urysohn lemma",
+                   "Tietze extension theorem requires normal space",
+                   "Tietze extension theorem requires closed subset of X"}
+    assert {str(f) for f in facts_of(UNITS[1])} == {"Normal space is_a topological space"}
+    euler = Document(id="e", title="Euler's theorem",
+                     text="Euler's theorem generalizes Fermat's little theorem to composite moduli. "
+                          "The proof applies Lagrange's theorem to the group of units. "
+                          "Pairwise independence does not imply mutual independence.",
+                     procedure="Compute the totient of n; then apply the Chinese remainder theorem.")
+    assert {str(f) for f in facts_of(euler)} == {
+        "Euler's theorem generalizes Fermat's little theorem",
+        "Euler's theorem uses Lagrange's theorem",  # "the proof" stands for the unit's topic
+        "Euler's theorem uses totient of n",
+        "Euler's theorem uses Chinese remainder theorem"}  # a negated claim states no fact
+    # notation and inflection variants meet in one key
+    assert node_key("C*-algebras") == node_key("C-star algebra")
+    assert names(node_key("Urysohn's lemma"), node_key("Urysohn lemma repeatedly"))
+    assert not names(node_key("Fermat's last theorem"), node_key("Fermat's little theorem"))
+    assert not names(node_key("Cantor set"), node_key("set"))
+
+
+@pytest.mark.parametrize("bad", [[["a", "b"]], [["a", "", "c"]], "a implies b", [{"subject": "a", "object": "c"}]])
+def test_malformed_facts_are_one_clear_error(bad) -> None:
+    with pytest.raises(ValidationError, match=r"facts(\[0\])?: expected") as e:
+        validate_record(Document, {"id": "x", "title": "t", "metadata": {"facts": bad}}, source="c.jsonl", line=3)
+    assert str(e.value).startswith("c.jsonl:3, record 'x', field 'metadata'")
+    assert Document(id="y", title="t", metadata={"facts": [{"subject": "a", "relation": "r", "object": "c"}]}
+                    ).facts == [Fact("a", "r", "c")]
+
+
+@pytest.fixture(params=["embedded", pytest.param("opensearch", marks=pytest.mark.opensearch)])
+def searcher(request, tmp_path, encoder):
+    if request.param == "opensearch":
+        engine = request.getfixturevalue("opensearch_index")
+    else:
+        from hybridsearch.engines import open_engine
+
+        engine = open_engine(str(tmp_path / "idx"))
+    engine.write(UNITS)
+    s = Searcher(engine, encoder=encoder)
+    yield s
+    s.close()
+    if request.param == "embedded":
+        engine.close()
+
+
+def test_closure_reaches_units_hop_by_hop_discounted_and_explained(searcher) -> None:
+    res = searcher.search(QUERY, "kb-thinkingdb", rights={"restricted"})
+    stage = res.diagnostics["stages"]["symbolic"]
+    assert stage["seeds"][0] == "tietze" and stage["hops"] == 2 and "degraded" not in stage
+    terms = {t["term"]: t for t in stage["terms"]}
+    assert terms["normal space"]["hop"] == 1 and terms["normal space"]["weight"] == pytest.approx(0.35)
+    assert terms["topological space"]["hop"] == 2 and terms["topological space"]["weight"] == pytest.approx(0.35 ** 2)
+    assert terms["topological space"]["via"] == ("Tietze extension theorem requires normal space; "
+                                                 "Normal space is_a topological space")
+    hits = {h.id: h for h in res.hits}
+    assert {"normal", "urysohn", "topo", "closed"} <= set(hits), list(hits)
+    assert hits["normal"].components["citation"] == pytest.approx(0.35)
+    assert hits["urysohn"].components["citation"] == pytest.approx(0.35)  # an explicit fact
+    assert hits["topo"].components["citation"] == pytest.approx(0.35 ** 2)
+    assert hits["topo"].via == ("Tietze extension theorem requires normal space; Normal space is_a topological "
+                                "space (hop 2, weight 0.122)")
+    assert hits["tietze"].via == "" and res.hits[0].id == "tietze"
+    assert "galois" not in hits or hits["galois"].components["citation"] == 0.0
+    for h in res.hits:
+        assert sum(h.contributions.values()) == pytest.approx(h.score)
+    # without the stage, nothing reaches the hop-2 unit
+    plain = searcher.search(QUERY, "kb-thinkingdb", overrides={"symbolic.depth": 1}, rights={"restricted"})
+    assert plain.diagnostics["stages"]["symbolic"]["hops"] == 1
+    assert "topo" not in {h.id for h in plain.hits}
+
+
+def test_closure_bounds_nodes_and_time(searcher) -> None:
+    small = searcher.search(QUERY, "kb-thinkingdb", overrides={"symbolic.max_nodes": 2})
+    stage = small.diagnostics["stages"]["symbolic"]
+    assert stage["nodes"] == 2 and stage["truncated"] == "node limit 2 reached"
+    late = searcher.search(QUERY, "kb-thinkingdb", overrides={"symbolic.budget_ms": 1e-6})
+    assert "time budget" in late.diagnostics["stages"]["symbolic"]["degraded"]
+    assert late.hits and late.hits[0].id == "tietze"  # the search goes on with what the closure had
+    with pytest.raises(ValidationError, match="symbolic.discount"):
+        searcher.search(QUERY, "kb-thinkingdb", overrides={"symbolic.discount": 0})
+
+
+def test_closure_never_reaches_a_unit_the_caller_may_not_see(searcher) -> None:
+    res = searcher.search(QUERY, "kb-thinkingdb", rights={"open"})
+    assert "closed" not in {h.id for h in res.hits}
+    assert all(t["term"] != "Closed subset" for t in res.diagnostics["stages"]["symbolic"]["terms"])
+    assert {"normal", "urysohn"} <= {h.id for h in res.hits}
