@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     intent_classifier: str = Field(default="rules", description="the query-intent plugin (group "
                                    "hybridsearch.intents): lookup, survey, compare, prereq or related")
     search_max_k: int = Field(default=10_000, ge=1, description="the most results one search may ask for")
+    domain_sample: int = Field(default=5000, ge=2, le=10_000, description="stored vectors the domain check "
+                               "reads to find an index's centroid and its farthest document (profiles' domain_check)")
     open_licenses: list[str] = Field(default_factory=lambda: [
         "CC0-1.0", "CC-BY-4.0", "CC-BY-SA-4.0", "CC-BY-NC-4.0", "CC-BY-NC-SA-4.0", "CC-BY-3.0", "CC-BY-2.0",
         "public-domain"], description="licences of the `open` class (a JSON list); every other document, "

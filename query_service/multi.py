@@ -95,6 +95,14 @@ class MultiEngine:
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("vectors", ids)
 
+    def vector_sample(self, n: int) -> np.ndarray:
+        """An equal share of the sample from each knowledge base."""
+        share = max(1, n // len(self.engines))
+        return np.vstack([e.vector_sample(share) for e in self.engines.values()])
+
+    def count(self) -> int:
+        return sum(e.count() for e in self.engines.values())
+
     def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
         """Chunks of qualified work ids (`<kb>:<work>`), qualified."""
         return sorted(f"{kb}{SEP}{i}" for kb, works in self._split(work_ids).items()

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hybridsearch import plugins
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
@@ -102,6 +104,7 @@ class Searcher:
         self._log_fields = engine_fields(self.engine)
         self._plugins: dict[tuple[str, str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._domains: dict[Any, tuple[int, Any]] = {}  # index -> (size, (centroid, edge) or None)
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
         """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
@@ -191,7 +194,7 @@ class Searcher:
                 lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k)
                 stages["escalation"] = {"ms": _ms(t), "channel": esc.channel, "hits": len(lists[esc.channel])}
         cosines: dict[str, float] | None = None  # known cosines, when a semantic rule applies
-        if prof.semantic_floor is not None or prof.min_semantic is not None:
+        if prof.semantic_floor is not None or prof.min_semantic is not None or prof.domain_check is not None:
             t = time.perf_counter()
             lists, reason, cosines = self._semantic_floor(prof, ctx, engine, lists)
             stages["semantic_floor"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
@@ -285,15 +288,14 @@ class Searcher:
             keep = [keep[j] for j in mmr(sub, [scores[i] for i in keep], vecs.get, limit, dv.mmr_lambda)]
         return cands.keep(keep), dropped
 
-    @staticmethod
-    def _semantic_floor(prof: Profile, ctx: QueryContext, engine: Any, lists: dict[str, RankedList]
+    def _semantic_floor(self, prof: Profile, ctx: QueryContext, engine: Any, lists: dict[str, RankedList]
                         ) -> tuple[dict[str, RankedList], str | None, dict[str, float]]:
         """Raw cosine of every candidate (dense scores, or `vector_score` for the others): the
-        out-of-domain gate, then the per-candidate minimum. For the gate alone a non-empty dense
-        list suffices: it holds the best cosines of the whole (filtered) index, so no other
-        candidate can score above its top. A candidate without a vector is never judged by a
-        cosine rule: it is kept whatever the floors say. Returns the lists, the out-of-domain
-        reason (or None) and the cosines it knows."""
+        out-of-domain gates (the floor, then the domain check), then the per-candidate minimum. For
+        the floor alone a non-empty dense list suffices: it holds the best cosines of the whole
+        (filtered) index, so no other candidate can score above its top. A candidate without a
+        vector is never judged by a cosine rule: it is kept whatever the floors say. Returns the
+        lists, the out-of-domain reason (or None) and the cosines it knows."""
         cos: dict[str, float] = dict(lists["dense"].items()) if "dense" in lists else {}
         others = list(dict.fromkeys(i for rl in lists.values() for i in rl.ids if i not in cos))
         filled = False
@@ -313,11 +315,46 @@ class Searcher:
             kept = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if i in keep]))
                     for c, rl in lists.items()}
             return kept, None, cos
+        if prof.domain_check is not None and cos and best < prof.domain_check:
+            outside = self._outside(engine, ctx.vector)
+            if outside is not None:
+                return {c: RankedList.of(c, [], []) for c in lists}, (
+                    f"out of domain: best cosine {best:.3f} is below {prof.domain_check} and the query lies "
+                    f"farther from the index's centroid than any of its documents ({outside})"), cos
         if prof.min_semantic is not None:
             floor = prof.min_semantic
             lists = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if cos.get(i, floor) >= floor]))
                      for c, rl in lists.items()}
         return lists, None, cos
+
+    def _outside(self, engine: Any, vec: Any) -> str | None:
+        """Why the query vector lies outside the index (cosine with the centroid of its vectors
+        below that of every sampled document), or None. The centroid and that edge are computed from
+        HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors once per index size."""
+        if not isinstance(engine, VectorSearch):
+            return None
+        key = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
+        count = self._count(engine)
+        if self._domains.get(key, (None,))[0] != count:
+            sample = engine.vector_sample(get_settings().domain_sample)
+            centroid = sample.mean(axis=0) if len(sample) > 1 else None
+            norm = float(np.linalg.norm(centroid)) if centroid is not None else 0.0
+            if centroid is None or norm == 0.0:
+                self._domains[key] = (count, None)
+            else:
+                centroid = centroid / norm
+                self._domains[key] = (count, (centroid, float((sample @ centroid).min())))
+        domain = self._domains[key][1]
+        if domain is None:
+            return None
+        centroid, edge = domain
+        at = float(np.asarray(vec) @ centroid)
+        return f"cosine with the centroid {at:.3f} < {edge:.3f}" if at < edge else None
+
+    @staticmethod
+    def _count(engine: Any) -> int:
+        n: int = engine.count()
+        return n
 
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())

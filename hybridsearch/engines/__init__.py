@@ -213,6 +213,11 @@ class VectorSearch(Protocol):
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
 
+    def vector_sample(self, n: int) -> np.ndarray:
+        """Up to n stored vectors (all of them when there are no more), as rows: the same
+        pseudo-random sample for the same index contents."""
+        ...
+
 
 @runtime_checkable
 class BinarySearch(Protocol):

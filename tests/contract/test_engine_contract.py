@@ -201,6 +201,17 @@ def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
     assert engine.count() == 2 and engine.get(["b"]) == {}
 
 
+def test_vector_sample_is_a_fixed_subset_of_the_stored_vectors(engine) -> None:
+    everything = engine.vector_sample(10)
+    assert everything.shape == (3, VECS.shape[1])
+    assert sorted(map(tuple, np.round(everything, 5))) == sorted(map(tuple, np.round(VECS, 5)))
+    two = engine.vector_sample(2)
+    assert two.shape == (2, VECS.shape[1]) and np.array_equal(two, engine.vector_sample(2))
+    assert all(any(np.allclose(row, v, atol=1e-5) for v in VECS) for row in two)
+    engine.delete(["a", "b", "c"])
+    assert engine.vector_sample(5).shape[0] == 0
+
+
 def test_vectors_and_codes_follow_the_text(engine) -> None:
     # same dense text, no vectors given: the vector stays; changed text: it is dropped
     engine.write([DOCS[2].model_copy(update={"subjects": ["algebra"]})])

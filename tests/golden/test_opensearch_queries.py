@@ -65,6 +65,12 @@ def test_exact_scores_by_the_knn_script() -> None:
                    "params": {"field": "hdc_claim", "query_value": [99, -56], "space_type": "hamming"}}}}}
 
 
+def test_vector_sample_is_a_seeded_random_order_over_chunks_with_the_field() -> None:
+    assert Q.sample_query("dense", 500) == {"size": 500, "_source": ["dense"], "query": {"function_score": {
+        "query": {"bool": {"filter": [{"exists": {"field": "dense"}}]}},
+        "random_score": {"seed": 0, "field": "_seq_no"}, "boost_mode": "replace"}}}
+
+
 def test_statistics_and_the_peer_hybrid_query() -> None:
     df = Q.doc_freq_query(["gap"], ["title", "text"])
     assert df["aggs"] == {"df": {"filters": {"filters": {"title\tgap": {"term": {"bm25.title": "gap"}},

@@ -46,3 +46,13 @@ def test_bm25_lists_are_merged_on_each_kb_top_score(kbs) -> None:
     tops = [h for h in res.hits if h.score == pytest.approx(1.0)]
     assert {h.id.split(":", 1)[0] for h in tops} == {"topology", "algebra"}
     s.close()
+
+
+def test_the_domain_check_spans_the_selected_knowledge_bases(kbs, encoder) -> None:
+    s = Searcher(kbs, encoder=encoder)
+    sample = s.engine.vector_sample(1000)
+    assert sample.shape[0] == s.engine.count() == sum(e.count() for e in kbs.values())
+    res = s.search("ring sizes for engagement rings", "hybrid")
+    assert not res.hits and "centroid" in res.diagnostics["reason"]
+    assert s.search("Galois group of a field extension", "hybrid", kb_names=["algebra"]).hits
+    s.close()

@@ -146,6 +146,16 @@ class DenseIndex:
                 out.append(1.0 - s / self.dim if self.binary else float(s))
             return labels, out
 
+    def sample(self, n: int) -> np.ndarray:
+        """Up to n live vectors, chosen by a fixed seed, as rows."""
+        with self._lock:
+            vids = sorted(self._vid_of.values())
+            if len(vids) > n:
+                vids = sorted(np.random.default_rng(0).choice(vids, n, replace=False).tolist())
+            if not vids:
+                return np.zeros((0, self.dim), dtype=np.float32)
+            return np.vstack([self._index.reconstruct(v) for v in vids])
+
     def vectors(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
         with self._lock:
             return {lb: self._index.reconstruct(self._vid_of[lb]) for lb in labels if lb in self._vid_of}

@@ -329,6 +329,10 @@ class EmbeddedEngine:
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
 
+    def vector_sample(self, n: int) -> np.ndarray:
+        self.refresh()
+        return self.dense_index.sample(n)
+
     def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
         return self.store.work_chunks(work_ids, filters)
 

@@ -181,6 +181,14 @@ def exact_score_query(field: str, space_type: str, query_value: Sequence[float] 
                    "params": {"field": field, "query_value": list(query_value), "space_type": space_type}}}}}
 
 
+def sample_query(field: str, n: int) -> dict[str, Any]:
+    """Up to n chunks that have `field`, in a pseudo-random order fixed by a seed over `_seq_no`
+    (function_score random_score), with only that field's source."""
+    return {"size": n, "_source": [field], "query": {"function_score": {
+        "query": {"bool": {"filter": [{"exists": {"field": field}}]}},
+        "random_score": {"seed": 0, "field": "_seq_no"}, "boost_mode": "replace"}}}
+
+
 def doc_freq_query(terms: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
     """Per (field, term) document counts in one request (filters aggregation), and the total."""
     buckets = {f"{f}\t{t}": {"term": {f"bm25.{f}": t}} for f in fields for t in terms}
