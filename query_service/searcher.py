@@ -330,12 +330,13 @@ class Searcher:
     def _outside(self, engine: Any, vec: Any) -> str | None:
         """Why the query vector lies outside the index (cosine with the centroid of its vectors
         below that of every sampled document), or None. The centroid and that edge are computed from
-        HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors once per index size."""
+        HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, again once the index has grown or shrunk by a tenth."""
         if not isinstance(engine, VectorSearch):
             return None
         key = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
         count = self._count(engine)
-        if self._domains.get(key, (None,))[0] != count:
+        known = self._domains.get(key)
+        if known is None or abs(count - known[0]) * 10 > known[0]:
             sample = engine.vector_sample(get_settings().domain_sample)
             centroid = sample.mean(axis=0) if len(sample) > 1 else None
             norm = float(np.linalg.norm(centroid)) if centroid is not None else 0.0
