@@ -8,10 +8,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from hybridsearch.models import DocInfo, RankedList
 
 if TYPE_CHECKING:
     from hybridsearch.engines import Reader
+
+
+class SeedConfig(BaseModel):
+    """How an expansion stage picks its seeds (`Candidates.strongest`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    seeds: int = Field(default=5, ge=1, le=100, description="fused candidates the expansion starts from, at most")
+    seed_ratio: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False,
+                              description="a seed scores at least this times the top score")
 
 
 @dataclass(slots=True)

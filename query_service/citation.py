@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hybridsearch.engines import GraphStore
 from hybridsearch.models import Filters
-from query_service.candidates import Candidate, Candidates
+from query_service.candidates import Candidate, Candidates, SeedConfig
 
 DIRECTIONS: dict[str, tuple[str, ...]] = {
     "prereq": ("cites",),
@@ -29,11 +29,7 @@ DIRECTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-class CitationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    seeds: int = Field(default=5, ge=1, le=100, description="fused candidates expansion starts from, at most")
-    seed_ratio: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False,
-                              description="a seed scores at least this times the top score")
+class CitationConfig(SeedConfig):
     fan_out: int = Field(default=20, ge=1, le=1000, description="links followed per seed and direction")
     max_new: int = Field(default=50, ge=0, le=10_000, description="chunks expansion may add")
     budget_ms: float = Field(default=100.0, gt=0, allow_inf_nan=False,

@@ -25,21 +25,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hybridsearch.engines import LexicalSearch, Reader
 from hybridsearch.models import Fact, Filters
 from indexer.facts import facts_of, node_key
-from query_service.candidates import Candidate, Candidates
+from query_service.candidates import Candidate, Candidates, SeedConfig
 
 Key = frozenset[str]
 
 
-class SymbolicConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    seeds: int = Field(default=5, ge=1, le=100, description="fused candidates the closure starts from, at most")
-    seed_ratio: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False,
-                              description="a seed scores at least this times the top score")
+class SymbolicConfig(SeedConfig):
     depth: int = Field(default=2, ge=1, le=5, description="hops the closure takes, at most")
     max_nodes: int = Field(default=32, ge=1, le=1000, description="phrases the closure reaches, at most")
     fan_out: int = Field(default=3, ge=1, le=100, description="units looked up per new phrase")
