@@ -86,14 +86,14 @@ class Document(_Model):
     @classmethod
     def _metadata_finite(cls, v: dict[str, Any]) -> dict[str, Any]:
         check_finite(v)
-        if "facts" in v:
-            parse_facts(v["facts"])
         return v
 
     @property
     def facts(self) -> list[Fact]:
-        """The facts given explicitly under `metadata.facts` (indexer.facts extracts more)."""
-        return parse_facts(self.metadata.get("facts", []))
+        """The facts given explicitly under `metadata.facts` (indexer.facts extracts more); input
+        is checked at ingest (`check_limits`), and a stored item of another shape is passed over."""
+        value = self.metadata.get("facts")
+        return [f for f in map(_fact, value) if f is not None] if isinstance(value, list) else []
 
     @model_validator(mode="after")
     def _has_content(self) -> Document:
@@ -122,20 +122,23 @@ class Fact:
         return f"{self.subject} {self.relation} {self.object}"
 
 
-def parse_facts(value: Any) -> list[Fact]:
-    """`metadata.facts`: a list of [subject, relation, object] or {"subject", "relation", "object"},
-    each a non-empty string; otherwise one ValueError naming the item."""
-    if not isinstance(value, list):
-        raise ValueError("facts: expected a list of [subject, relation, object]")
-    out = []
+def _fact(item: Any) -> Fact | None:
+    """[subject, relation, object] (a list or tuple) or {"subject", "relation", "object"}, three
+    non-empty strings, as a Fact; anything else None."""
+    parts = ([item.get(k) for k in ("subject", "relation", "object")] if isinstance(item, Mapping)
+             else item if isinstance(item, list | tuple) and len(item) == 3 else [])
+    texts = [p.strip() for p in parts if isinstance(p, str) and p.strip()]
+    return Fact(*texts) if len(texts) == 3 else None
+
+
+def check_facts(value: Any) -> None:
+    """`metadata.facts` on input: a list of facts, else one ValidationError naming the item."""
+    if not isinstance(value, list | tuple):
+        raise ValidationError("expected a list of [subject, relation, object]", field="metadata.facts")
     for i, item in enumerate(value):
-        parts = ([item.get(k) for k in ("subject", "relation", "object")] if isinstance(item, Mapping)
-                 else item if isinstance(item, list) and len(item) == 3 else [None])
-        texts = [p.strip() for p in parts if isinstance(p, str) and p.strip()]
-        if len(texts) != 3:
-            raise ValueError(f"facts[{i}]: expected [subject, relation, object], three non-empty strings")
-        out.append(Fact(*texts))
-    return out
+        if _fact(item) is None:
+            raise ValidationError("expected [subject, relation, object], three non-empty strings",
+                                  field=f"metadata.facts[{i}]")
 
 
 class Query(_Model):
@@ -292,13 +295,19 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
 
 
 def check_limits(doc: Document) -> None:
-    """What every engine can hold (checked on input, not on reading stored documents)."""
+    """What every engine can hold, and well-formed `metadata.facts` (checked on input, not on
+    reading stored documents)."""
     if len(doc.id.encode("utf-8")) > MAX_ID_BYTES:
         raise ValidationError(f"longer than {MAX_ID_BYTES} bytes (UTF-8)", field="id", record=doc.id[:40])
     for name in ("chunk_no", "page"):
         value = getattr(doc, name)
         if value is not None and value > INT32_MAX:
             raise ValidationError(f"must be at most {INT32_MAX}", field=name, record=doc.id)
+    if "facts" in doc.metadata:
+        try:
+            check_facts(doc.metadata["facts"])
+        except ValidationError as e:
+            raise ValidationError(e.message, field=e.field, record=doc.id) from None
 
 
 def check_unique_ids(docs: Iterable[Document], *, source: str | None = None) -> None:

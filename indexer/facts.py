@@ -87,9 +87,9 @@ def _claim_facts(sentence: str, title: str) -> list[Fact]:
     out: list[Fact] = []
     for pattern, relation in _CLAIM:
         for m in pattern.finditer(sentence):
-            before = sentence[:m.start()].split()
-            if before and before[-1].lower() in _NEGATIONS:
-                continue  # "pairwise independence does not imply ..." states no fact
+            before = [w.lower() for w in sentence[:m.start()].split()[-3:]]
+            if _NEGATIONS.intersection(before):
+                continue  # "pairwise independence does not (necessarily) imply ..." states no fact
             subject = _phrase(sentence[:m.start()], backwards=True)
             if subject.lower() in _SELF or not subject:
                 subject = title

@@ -96,9 +96,12 @@ class MultiEngine:
         return self._routed("vectors", ids)
 
     def vector_sample(self, n: int) -> np.ndarray:
-        """An equal share of the sample from each knowledge base."""
-        share = max(1, n // len(self.engines))
-        return np.vstack([e.vector_sample(share) for e in self.engines.values()])
+        """Each knowledge base's share of the sample in proportion to its chunks, n rows at most."""
+        counts = {kb: e.count() for kb, e in self.engines.items()}
+        total = sum(counts.values()) or 1
+        parts = [e.vector_sample(n * counts[kb] // total) for kb, e in self.engines.items()
+                 if n * counts[kb] // total > 0]
+        return np.vstack(parts)[:n] if parts else np.zeros((0, 0), dtype=np.float32)
 
     def count(self) -> int:
         return sum(e.count() for e in self.engines.values())

@@ -117,8 +117,9 @@ class Profile(BaseModel):
             elif head in ("diversity", "evidence", "symbolic") and param:
                 data[head] = {**(data[head] or {}), param: value}
             else:
-                valid = ["max_results", "min_score", "gap", "fuser.<param>"] + [
-                    f"{c}.<param>" for c in data["channels"]]
+                valid = ["max_results", "min_score", "gap", "semantic_floor", "domain_check", "min_semantic",
+                         "fuser.<param>", "escalation.<param>", "diversity.<param>", "evidence.<param>",
+                         "symbolic.<param>"] + [f"{c}.<param>" for c in data["channels"]]
                 raise ValidationError(f"unknown parameter; valid: {', '.join(valid)}", field=key)
         prof: Profile = validate_record(Profile, data)
         prof.check_plugins()

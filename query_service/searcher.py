@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ import numpy as np
 from hybridsearch import plugins
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines import VectorSearch
+from hybridsearch.engines import VectorSampling, VectorSearch
 from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
 from hybridsearch.scoring import minmax, unzip
@@ -31,6 +32,8 @@ from query_service.querylog import QueryLog, engine_fields, make_record
 from query_service.rerank import Reranker
 from query_service.stages import alias_variants, keyword_variant
 from query_service.symbolic import expand as expand_symbolic
+
+DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
 
 
 def _voicevault_variants(query: str) -> list[str]:
@@ -104,7 +107,9 @@ class Searcher:
         self._log_fields = engine_fields(self.engine)
         self._plugins: dict[tuple[str, str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
-        self._domains: dict[Any, tuple[int, Any]] = {}  # index -> (size, (centroid, edge) or None)
+        # index -> (chunks, vectors sampled, sample asked, (centroid, edge) or None)
+        self._domains: dict[Any, tuple[int, int, int, Any]] = {}
+        self._domain_lock = threading.Lock()
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
         """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
@@ -146,8 +151,9 @@ class Searcher:
                 with_documents: bool, overrides: Mapping[str, Any] | None,
                 kb_names: Sequence[str] | None, intent: str | None = None) -> SearchResult:
         """The stages, in order, over one Candidates value: intent, channels, escalation, semantic
-        floor, fuse, prune, expand (citation), rerank, diversity, then the explanation and the
-        evidence pack. Each stage records its milliseconds and counts under diagnostics.stages."""
+        floor and domain check, fuse, prune, expand (citation), symbolic expansion, rerank,
+        diversity, then the explanation and the evidence pack. Each stage records its milliseconds
+        and counts under diagnostics.stages."""
         if not query or not query.strip():
             raise QueryError("query text is empty")
         engine = self.engine
@@ -303,24 +309,25 @@ class Searcher:
             cos.update(engine.vector_score(ctx.vector, others))
             filled = True
         best = max(cos.values(), default=float("-inf"))
+        reason = None
         if prof.semantic_floor is not None and best < prof.semantic_floor:
+            shown = "no candidate has a vector" if best == float("-inf") else f"best cosine {best:.3f}"
+            reason = f"out of domain: no candidate reaches the semantic floor {prof.semantic_floor} ({shown})"
+        elif prof.domain_check is not None and cos and best < prof.domain_check:
+            outside = self._outside(engine, ctx.vector)
+            if outside is not None:
+                reason = (f"out of domain: best cosine {best:.3f} is below {prof.domain_check} and the query "
+                          f"lies farther from the index's centroid than any of its documents ({outside})")
+        if reason is not None:
             if others and not filled:
                 cos.update(engine.vector_score(ctx.vector, others))
             unvectored = [i for i in others if i not in cos]
             if not unvectored:
-                shown = "no candidate has a vector" if best == float("-inf") else f"best cosine {best:.3f}"
-                return {c: RankedList.of(c, [], []) for c in lists}, (
-                    f"out of domain: no candidate reaches the semantic floor {prof.semantic_floor} ({shown})"), cos
-            keep = set(unvectored)
+                return {c: RankedList.of(c, [], []) for c in lists}, reason, cos
+            keep = set(unvectored)  # what no cosine can judge stays
             kept = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if i in keep]))
                     for c, rl in lists.items()}
             return kept, None, cos
-        if prof.domain_check is not None and cos and best < prof.domain_check:
-            outside = self._outside(engine, ctx.vector)
-            if outside is not None:
-                return {c: RankedList.of(c, [], []) for c in lists}, (
-                    f"out of domain: best cosine {best:.3f} is below {prof.domain_check} and the query lies "
-                    f"farther from the index's centroid than any of its documents ({outside})"), cos
         if prof.min_semantic is not None:
             floor = prof.min_semantic
             lists = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if cos.get(i, floor) >= floor]))
@@ -329,23 +336,29 @@ class Searcher:
 
     def _outside(self, engine: Any, vec: Any) -> str | None:
         """Why the query vector lies outside the index (cosine with the centroid of its vectors
-        below that of every sampled document), or None. The centroid and that edge are computed from
-        HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, again once the index has grown or shrunk by a tenth."""
-        if not isinstance(engine, VectorSearch):
+        below that of every sampled document), or None; None too for an index of fewer than
+        DOMAIN_MIN_VECTORS vectors, too few to place a centroid. The centroid and that edge come
+        from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, computed again once the index has grown or
+        shrunk by a tenth, and at every check while the sample falls short of the index (vectors
+        still being embedded)."""
+        if not isinstance(engine, VectorSampling):
             return None
         key = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
         count = self._count(engine)
-        known = self._domains.get(key)
-        if known is None or abs(count - known[0]) * 10 > known[0]:
-            sample = engine.vector_sample(get_settings().domain_sample)
-            centroid = sample.mean(axis=0) if len(sample) > 1 else None
-            norm = float(np.linalg.norm(centroid)) if centroid is not None else 0.0
-            if centroid is None or norm == 0.0:
-                self._domains[key] = (count, None)
-            else:
-                centroid = centroid / norm
-                self._domains[key] = (count, (centroid, float((sample @ centroid).min())))
-        domain = self._domains[key][1]
+        with self._domain_lock:
+            known = self._domains.get(key)
+            if known is None or abs(count - known[0]) * 10 > known[0] or known[1] < min(count, known[2]):
+                n = get_settings().domain_sample
+                sample = engine.vector_sample(n)
+                domain = None
+                if len(sample) >= DOMAIN_MIN_VECTORS:
+                    centroid = sample.mean(axis=0)
+                    norm = float(np.linalg.norm(centroid))
+                    if norm > 0:
+                        centroid = centroid / norm
+                        domain = (centroid, float((sample @ centroid).min()))
+                known = self._domains[key] = (count, len(sample), n, domain)
+        domain = known[3]
         if domain is None:
             return None
         centroid, edge = domain

@@ -213,9 +213,12 @@ class VectorSearch(Protocol):
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
 
+
+@runtime_checkable
+class VectorSampling(Protocol):
     def vector_sample(self, n: int) -> np.ndarray:
         """Up to n stored vectors (all of them when there are no more), as rows: the same
-        pseudo-random sample for the same index contents."""
+        pseudo-random sample for the same index contents. Chunks without a vector are not in it."""
         ...
 
 

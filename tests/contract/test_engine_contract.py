@@ -202,14 +202,15 @@ def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
 
 
 def test_vector_sample_is_a_fixed_subset_of_the_stored_vectors(engine) -> None:
-    everything = engine.vector_sample(10)
+    engine.write([DOCS[0].model_copy(update={"id": "no-vector", "text": "Written without a vector."})])
+    everything = engine.vector_sample(10)  # the chunk without a vector is not in it
     assert everything.shape == (3, VECS.shape[1])
     assert sorted(map(tuple, np.round(everything, 5))) == sorted(map(tuple, np.round(VECS, 5)))
     two = engine.vector_sample(2)
     assert two.shape == (2, VECS.shape[1]) and np.array_equal(two, engine.vector_sample(2))
     assert all(any(np.allclose(row, v, atol=1e-5) for v in VECS) for row in two)
     engine.delete(["a", "b", "c"])
-    assert engine.vector_sample(5).shape[0] == 0
+    assert engine.vector_sample(5).shape[0] == 0 and engine.count() == 1
 
 
 def test_vectors_and_codes_follow_the_text(engine) -> None:
