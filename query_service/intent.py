@@ -44,7 +44,8 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("prereq", "read-before", _rx(
         r"what (?:should i|do i need to|to|must i|one should) (?:read|learn|know|study|understand)(?: first)?"
         r"(?: before| for| to understand)?",
-        r"(?:read|learn|study|know) (?:first )?before", r"before (?:reading|learning|studying|tackling)")),
+        r"(?:read|learn|study|know) (?:first )?before", r"before (?:reading|learning|studying|tackling)",
+        r"what do i need before")),
     ("prereq", "prerequisites", _rx(
         r"(?:the )?prerequisites? (?:for|of|to)", r"(?:the )?background (?:needed|required|necessary|knowledge)?"
         r" ?(?:for|to understand|on)", r"what is needed to understand", r"groundwork for",

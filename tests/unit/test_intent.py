@@ -34,6 +34,7 @@ TABLE = [
     ("Markov inequality vs. Chebyshev inequality", "compare", None),
     # prereq
     ("what to read before the Gauss-Bonnet theorem", "prereq", "the Gauss-Bonnet theorem"),
+    ("what do I need before the Tietze extension theorem", "prereq", "the Tietze extension theorem"),
     ("background needed for Urysohn lemma and Tietze extension", "prereq", "Urysohn lemma and Tietze extension"),
     ("prerequisites for the Seifert van Kampen theorem", "prereq", "the Seifert van Kampen theorem"),
     ("What should I know before Galois theory?", "prereq", "Galois theory"),
@@ -49,8 +50,8 @@ TABLE = [
 ]
 
 
-def test_the_table_has_thirty_phrasings_and_every_intent() -> None:
-    assert len(TABLE) == 30
+def test_the_table_has_at_least_thirty_phrasings_and_every_intent() -> None:
+    assert len(TABLE) >= 30
     assert {row[1] for row in TABLE} == {"lookup", "survey", "compare", "prereq", "related"}
 
 
