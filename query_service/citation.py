@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from hybridsearch.engines import GraphStore
+from hybridsearch.engines import Neighborhood
 from hybridsearch.models import Filters
 from query_service.candidates import Candidate, Candidates, SeedConfig
 
@@ -43,7 +43,7 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     t0 = time.perf_counter()
     directions = DIRECTIONS.get(intent, DIRECTIONS["lookup"])
     diag: dict[str, Any] = {"directions": list(directions)}
-    has_graph = isinstance(engine, GraphStore)
+    has_graph = isinstance(engine, Neighborhood)
     if not has_graph or not cands.items:
         diag["skipped"] = "the engine has no citation graph" if cands.items else "no candidates"
         return cands, diag

@@ -9,6 +9,7 @@ BM25 list is divided by its own top score first.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -90,7 +91,10 @@ class MultiEngine:
         return self._routed("get", ids)
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
-        return self._routed("doc_info", ids)
+        """DocInfo with the work id qualified like the ids (`<kb>:<work>`), so works of different
+        knowledge bases never merge and citation neighbours (qualified too) meet their works."""
+        return {q: replace(info, work_id=f"{q.partition(SEP)[0]}{SEP}{info.work_id}")
+                for q, info in self._routed("doc_info", ids).items()}
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("vectors", ids)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.analysis import default_analyzer
-from hybridsearch.engines import GraphStore, VectorSearch
+from hybridsearch.engines import Neighborhood, VectorSearch
 from hybridsearch.models import DocInfo
 from hybridsearch.scoring import minmax
 from query_service.candidates import Candidate, Candidates
@@ -163,7 +163,7 @@ class MathReranker:
             years = {i: info.year for i, info in infos.items() if info.year is not None}
             newest = max(years.values(), default=0)
             return {i: 2.0 ** (-(newest - y) / self.config.half_life) for i, y in years.items()}
-        if not isinstance(engine, GraphStore):  # authority
+        if not isinstance(engine, Neighborhood):  # authority
             return {}
         return {i: nb.authority for i, nb in engine.neighbors(ids).items() if nb.authority is not None}
 

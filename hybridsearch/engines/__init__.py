@@ -238,11 +238,18 @@ class BinarySearch(Protocol):
 
 
 @runtime_checkable
-class GraphStore(Protocol):
+class Neighborhood(Protocol):
+    """What the query layer reads of a citation graph (citation expansion, authority)."""
+
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         """The citation graph as built for the works of chosen chunks (absent chunks have no
         entry; a chunk whose work the last build did not see has empty Neighbors)."""
         ...
+
+
+@runtime_checkable
+class GraphStore(Neighborhood, Protocol):
+    """An index that stores a citation graph: what building it reads and writes."""
 
     def citation_links(self) -> list[WorkLinks]:
         """Every work's citations and date, in work id order: the graph's input."""

@@ -60,3 +60,30 @@ def test_the_domain_check_spans_the_selected_knowledge_bases(kbs, encoder) -> No
     alone = s.search("ring sizes for engagement rings", "hybrid", kb_names=["algebra"])
     assert alone.hits and "reason" not in alone.diagnostics
     s.close()
+
+
+def test_citation_expansion_and_authority_work_within_each_knowledge_base(tmp_path, encoder) -> None:
+    from indexer.graph import update_graph
+
+    docs = list(BeirLoader().load(DEMO, LoadReport()))
+    engines = {}
+    for name, prefix in (("geometry", "geom-"), ("topology", "topo-")):
+        part = [d for d in docs if d.id.startswith(prefix)]
+        e = EmbeddedEngine(tmp_path / name)
+        e.write(part, encoder.encode([d.dense_text for d in part]))
+        update_graph(e)
+        engines[name] = e
+    s = Searcher(engines, encoder=encoder)
+    res = s.search("what to read before the Gauss-Bonnet theorem", "hybrid", k=10)
+    expand = res.diagnostics["stages"]["expand"]
+    assert "skipped" not in expand and "geometry:geom-gauss-bonnet" in expand["seeds"]
+    hits = {h.id: h for h in res.hits}
+    # Gauss-Bonnet cites Gaussian curvature in the same base; its work ids are qualified like its chunks
+    assert hits["geometry:geom-gaussian-curvature"].components["citation"] > 0.3
+    assert "geometry:geom-gaussian-curvature" in [h.id for h in res.hits[:5]]
+    assert any(h.components.get("authority", 0) > 0 for h in res.hits)
+    info = s.engine.doc_info(["topology:topo-euler-characteristic"])["topology:topo-euler-characteristic"]
+    assert info.work_id == "topology:topo-euler-characteristic"
+    s.close()
+    for e in engines.values():
+        e.close()
