@@ -97,6 +97,11 @@ def test_retrieve_contract(service) -> None:
     assert body["diagnostics"]["intent"]["name"] == "lookup" and body["diagnostics"]["intent"]["rule"] == "given"
     pre = _post(service, service["keys"]["all"], {"query": "Brouwer fixed point theorem", "k": 5, "mode": "prereq"})
     assert pre.json()["diagnostics"]["stages"]["expand"]["directions"] == ["cites"]
+    # kb-thinkingdb's symbolic expansion: a unit it reached carries its chain of facts
+    sym = _post(service, service["keys"]["all"], {"query": "prerequisites for Euler's theorem",
+                                                  "profile": "kb-thinkingdb"}).json()
+    vias = [h["via"] for h in sym["reranked"] if h["via"]]
+    assert vias and any("Fermat's little theorem" in v for v in vias), sym["reranked"]
     assert body["evidence_pack"]["items"] and body["diagnostics"]["stages"]["channels"]["hits"]
     assert body["diagnostics"]["mode"] == "lookup" and 0 <= body["diagnostics"]["confidence"]["margin"] <= 1
     assert httpx.get(service["url"] + "/healthz").json() == {"status": "ok"}
@@ -153,7 +158,7 @@ def test_status_codes(service) -> None:
 @pytest.mark.integration
 def test_licence_rights_fail_closed(service) -> None:
     secret = {r["id"] for r in RESTRICTED}
-    for profile in ("hybrid", "lexical", "kb-balanced", "semantic"):
+    for profile in ("hybrid", "lexical", "kb-balanced", "semantic", "kb-thinkingdb"):
         body = {"query": "Brouwer fixed point theorem licensed notes", "k": 20, "profile": profile}
         open_r = _post(service, service["keys"]["open"], body).json()
         seen = ({h["id"] for h in open_r["reranked"]} | {c["id"] for c in open_r["candidates"]}
