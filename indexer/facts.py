@@ -9,8 +9,8 @@ A unit's facts are those given explicitly under `metadata.facts`, and those thes
   (title, uses, <phrase>), and the claim rules apply to each step;
 - claim (the text): "<A> implies|is equivalent to|generalizes|is a special case of|follows from|
   depends on|requires|uses|applies|extends <B>" gives (A, relation, B) unless negated ("does not
-  imply"), with "it", "this" or "the
-  proof" as A meaning the title; and a definition, "<title> is a|an <B>", gives (title, is_a, B).
+  imply"), with "it", "this" or "the proof" as A meaning the title; and a definition,
+  "<title> is a|an <B>", gives (title, is_a, B).
 
 A phrase is at most MAX_WORDS words, cut where a clause or a prepositional phrase other than
 "of" starts ("X is a vector space over R, equipped with ..." gives "vector space"). Phrases are
@@ -20,6 +20,7 @@ compared as analysed token sets (`node_key`), so notation and inflection variant
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from hybridsearch.analysis import default_analyzer
 from hybridsearch.models import Document, Fact
@@ -52,9 +53,11 @@ _CLAUSES = re.compile(r";|\.\s|\band\b|\bthen\b", re.I)
 _WORD = re.compile(r"[^\s,;:()\[\]]+")
 
 
+@lru_cache(maxsize=100_000)
 def node_key(phrase: str) -> frozenset[str]:
     """A phrase as the set of its analysed tokens of two or more characters (variables such as
-    "X" drop out): the form facts, titles and queries are compared in."""
+    "X" drop out): the form facts, titles and queries are compared in. Memoised: the closure
+    compares the same phrases at every hop."""
     return frozenset(t for t in default_analyzer().analyze(phrase) if len(t) > 1)
 
 
@@ -103,10 +106,8 @@ def _claim_facts(sentence: str, title: str) -> list[Fact]:
 def _phrase(text: str, *, backwards: bool = False) -> str:
     """The noun phrase at the start of `text` (or at its end, backwards): words up to the first
     phrase-ending word or punctuation, at most MAX_WORDS, leading determiners dropped."""
-    words = _WORD.findall(text)
     if backwards:
-        cut = re.split(r"[,;:()]", text)[-1]
-        words = _WORD.findall(cut)[::-1]
+        words = _WORD.findall(re.split(r"[,;:()]", text)[-1])[::-1]
     else:
         words = _WORD.findall(re.split(r"[,;:()]|\.(?:\s|$)", text, maxsplit=1)[0])
     kept: list[str] = []

@@ -4,6 +4,7 @@ citation-expansion scores)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,15 @@ class SeedConfig(BaseModel):
     seeds: int = Field(default=5, ge=1, le=100, description="fused candidates the expansion starts from, at most")
     seed_ratio: float = Field(default=0.5, ge=0.0, le=1.0, allow_inf_nan=False,
                               description="a seed scores at least this times the top score")
+
+
+def past_budget(t0: float, budget_ms: float, diag: dict[str, Any], then: str) -> bool:
+    """Whether a stage begun at `t0` (perf_counter) has run past its budget; if so, says so under
+    diag["degraded"], with what happens `then`."""
+    if (time.perf_counter() - t0) * 1000 <= budget_ms:
+        return False
+    diag["degraded"] = f"time budget {budget_ms} ms exceeded; {then}"
+    return True
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from hybridsearch.engines import Neighborhood
 from hybridsearch.models import Filters
-from query_service.candidates import Candidate, Candidates, SeedConfig
+from query_service.candidates import Candidate, Candidates, SeedConfig, past_budget
 
 DIRECTIONS: dict[str, tuple[str, ...]] = {
     "prereq": ("cites",),
@@ -81,7 +81,4 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
 
 
 def _over(t0: float, config: CitationConfig, diag: dict[str, Any]) -> bool:
-    if (time.perf_counter() - t0) * 1000 <= config.budget_ms:
-        return False
-    diag["degraded"] = f"time budget {config.budget_ms} ms exceeded; the unexpanded candidates went on"
-    return True
+    return past_budget(t0, config.budget_ms, diag, "the unexpanded candidates went on")

@@ -32,7 +32,7 @@ from hybridsearch.analysis import default_analyzer
 from hybridsearch.engines import Neighborhood, VectorSearch
 from hybridsearch.models import DocInfo
 from hybridsearch.scoring import minmax
-from query_service.candidates import Candidate, Candidates
+from query_service.candidates import Candidate, Candidates, past_budget
 from query_service.channels import QueryContext
 from query_service.fusion import best_scores
 
@@ -131,8 +131,7 @@ class MathReranker:
         infos = cands.doc_info(engine)
         cosines = self._cosines(query, cands, engine)
         comps = {c: self._component(c, query, cands, engine, infos, cosines) for c in COMPONENTS if weights[c] > 0}
-        if (time.perf_counter() - t0) * 1000 > cfg.budget_ms:
-            diag["degraded"] = f"time budget {cfg.budget_ms} ms exceeded; the fused order stands"
+        if past_budget(t0, cfg.budget_ms, diag, "the fused order stands"):
             return cands, diag
         items = []
         for c in cands.items:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,6 +34,18 @@ from query_service.stages import alias_variants, keyword_variant
 from query_service.symbolic import expand as expand_symbolic
 
 DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
+
+
+class _Domain(NamedTuple):
+    """An index's place in vector space as the domain check last measured it: its chunks then,
+    the vectors sampled of those asked, the centroid of the sample (None: too few vectors) and
+    the lowest cosine of a sampled vector with it (the edge)."""
+
+    chunks: int
+    sampled: int
+    asked: int
+    centroid: np.ndarray | None
+    edge: float
 
 
 def _voicevault_variants(query: str) -> list[str]:
@@ -107,8 +119,7 @@ class Searcher:
         self._log_fields = engine_fields(self.engine)
         self._plugins: dict[tuple[str, str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
-        # index -> (chunks, vectors sampled, sample asked, (centroid, edge) or None)
-        self._domains: dict[Any, tuple[int, int, int, Any]] = {}
+        self._domains: dict[Any, _Domain] = {}  # by index (a MultiEngine: by its bases)
         self._domain_lock = threading.Lock()
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
@@ -341,34 +352,28 @@ class Searcher:
         from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, computed again once the index has grown or
         shrunk by a tenth, and at every check while the sample falls short of the index (vectors
         still being embedded)."""
+        count = int(engine.count())
         if not isinstance(engine, VectorSampling):
             return None
         key = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
-        count = self._count(engine)
         with self._domain_lock:
             known = self._domains.get(key)
-            if known is None or abs(count - known[0]) * 10 > known[0] or known[1] < min(count, known[2]):
+            if (known is None or abs(count - known.chunks) * 10 > known.chunks
+                    or known.sampled < min(count, known.asked)):
                 n = get_settings().domain_sample
                 sample = engine.vector_sample(n)
-                domain = None
+                centroid, edge = None, 0.0
                 if len(sample) >= DOMAIN_MIN_VECTORS:
-                    centroid = sample.mean(axis=0)
-                    norm = float(np.linalg.norm(centroid))
+                    mean = sample.mean(axis=0)
+                    norm = float(np.linalg.norm(mean))
                     if norm > 0:
-                        centroid = centroid / norm
-                        domain = (centroid, float((sample @ centroid).min()))
-                known = self._domains[key] = (count, len(sample), n, domain)
-        domain = known[3]
-        if domain is None:
+                        centroid = mean / norm
+                        edge = float((sample @ centroid).min())
+                known = self._domains[key] = _Domain(count, len(sample), n, centroid, edge)
+        if known.centroid is None:
             return None
-        centroid, edge = domain
-        at = float(np.asarray(vec) @ centroid)
-        return f"cosine with the centroid {at:.3f} < {edge:.3f}" if at < edge else None
-
-    @staticmethod
-    def _count(engine: Any) -> int:
-        n: int = engine.count()
-        return n
+        at = float(np.asarray(vec) @ known.centroid)
+        return f"cosine with the centroid {at:.3f} < {known.edge:.3f}" if at < known.edge else None
 
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())

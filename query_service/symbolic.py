@@ -30,7 +30,7 @@ from pydantic import Field
 from hybridsearch.engines import LexicalSearch, Reader
 from hybridsearch.models import Fact, Filters
 from indexer.facts import facts_of, node_key
-from query_service.candidates import Candidate, Candidates, SeedConfig
+from query_service.candidates import Candidate, Candidates, SeedConfig, past_budget
 
 Key = frozenset[str]
 
@@ -151,7 +151,4 @@ def _reach(nodes: dict[Key, _Node], node: _Node) -> None:
 
 
 def _over(t0: float, config: SymbolicConfig, diag: dict[str, Any]) -> bool:
-    if (time.perf_counter() - t0) * 1000 <= config.budget_ms:
-        return False
-    diag["degraded"] = f"time budget {config.budget_ms} ms exceeded; the closure stopped at what it had reached"
-    return True
+    return past_budget(t0, config.budget_ms, diag, "the closure stopped at what it had reached")
