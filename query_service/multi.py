@@ -115,6 +115,9 @@ class MultiEngine:
         return sorted(f"{kb}{SEP}{i}" for kb, works in self._split(work_ids).items()
                       for i in self.engines[kb].work_chunks(works, filters))
 
+    def authority(self, ids: Sequence[str]) -> dict[str, float]:
+        return self._routed("authority", ids)
+
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         """Neighbours within each knowledge base, qualified like the ids."""
         out: dict[str, Neighbors] = {}

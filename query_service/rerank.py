@@ -164,7 +164,7 @@ class MathReranker:
             return {i: 2.0 ** (-(newest - y) / self.config.half_life) for i, y in years.items()}
         if not isinstance(engine, Neighborhood):  # authority
             return {}
-        return {i: nb.authority for i, nb in engine.neighbors(ids).items() if nb.authority is not None}
+        return engine.authority(ids)
 
     @staticmethod
     def _cosines(query: QueryContext, cands: Candidates, engine: Any) -> dict[str, float]:

@@ -246,6 +246,11 @@ class Neighborhood(Protocol):
         entry; a chunk whose work the last build did not see has empty Neighbors)."""
         ...
 
+    def authority(self, ids: Sequence[str]) -> dict[str, float]:
+        """Each chunk's work authority in [0, 1] as the last build computed it (what the reranker
+        reads, without the neighbour lists); a chunk absent, or written since, has no entry."""
+        ...
+
 
 @runtime_checkable
 class GraphStore(Neighborhood, Protocol):

@@ -253,12 +253,15 @@ def test_citation_graph(engine) -> None:
     assert nb["b"].cited_by == ("a", "c") and nb["c"].cites == ("b", "not-indexed") and nb["a"].cites == ("b",)
     assert nb["b"].authority == 1.0 and nb["a"].authority == 0.0
     assert nb["b"].pagerank > nb["a"].pagerank > 0
+    # what the reranker reads: the authority alone, the same as in the neighbour lists
+    assert engine.authority(["a", "b", "c", "missing"]) == {i: nb[i].authority for i in "abc"}
     assert update_graph(engine) == (summary, False)
 
     engine.write([Document(id="d", title="Tychonoff theorem", text="Products of compact spaces are compact.",
                            year=1950, cites=["a", "b"])])
     engine.write([DOCS[1]])  # rewritten unchanged: keeps its work's graph until the next build
     assert engine.neighbors(["b"])["b"].cited_by == ("a", "c")
+    assert set(engine.authority(["b", "d"])) == {"b"}  # d was written after the build
     summary, built = update_graph(engine)
     assert built and summary.works == 4 and summary.edges == 5
     nb = engine.neighbors(["a", "b", "d"])
@@ -292,7 +295,7 @@ def test_an_empty_engine_answers_empty(blank) -> None:
     blank.write([Document(id="only", title="Lonely", text="x")])
     blank.delete(["only"])
     assert blank.count() == 0 and blank.bm25("lonely").ids == [] and blank.knn(VECS[0], 5).ids == []
-    assert blank.neighbors(["only"]) == {} and blank.missing_vectors() == []
+    assert blank.neighbors(["only"]) == {} and blank.authority(["only"]) == {} and blank.missing_vectors() == []
 
 
 def test_long_queries_are_answered(engine) -> None:

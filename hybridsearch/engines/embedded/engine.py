@@ -339,6 +339,9 @@ class EmbeddedEngine:
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         return self.store.neighbors(ids)
 
+    def authority(self, ids: Sequence[str]) -> dict[str, float]:
+        return {i: nb.authority for i, nb in self.store.neighbors(ids).items() if nb.authority is not None}
+
     def citation_links(self) -> list[WorkLinks]:
         return self.store.citation_links()
 

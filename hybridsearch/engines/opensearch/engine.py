@@ -677,6 +677,19 @@ class OpenSearchEngine:
                 g.get("pagerank"), g.get("authority"))
         return out
 
+    def authority(self, ids: Sequence[str]) -> dict[str, float]:
+        """From doc values: a search that reads no `_source` costs a tenth of one that does."""
+        out: dict[str, float] = {}
+        ids = list(dict.fromkeys(ids))
+        for i in range(0, len(ids), _PAGE):
+            page = ids[i:i + _PAGE]
+            body = {"size": len(page), **Q.HITS_BY_ID, "docvalue_fields": ["id", "graph.authority"],
+                    "query": {"ids": {"values": page}}}
+            for h in self._search(body, "authority")["hits"]["hits"]:
+                if "graph.authority" in h["fields"]:
+                    out[Q.hit_id(h)] = float(h["fields"]["graph.authority"][0])
+        return out
+
     def citation_links(self) -> list[WorkLinks]:
         works: dict[str, tuple[int | None, set[str]]] = {}
         for _, s in self._scan({"match_all": {}}, ["work_id", "ym", "cites"]):
