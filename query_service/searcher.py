@@ -240,11 +240,11 @@ class Searcher:
         if prof.citation is not None and cands.items:
             t = time.perf_counter()
             cands, info = expand_citations(cands, understood.name, engine, filters, prof.citation)
-            stages["expand"] = {"ms": _ms(t), "hits": len(cands), **info}
+            stages["expand"] = {**info, "ms": _ms(t), "hits": len(cands)}
         if prof.expansion == "symbolic" and cands.items:
             t = time.perf_counter()
             cands, info = expand_symbolic(cands, ctx.text, engine, filters, prof.symbolic)
-            stages["symbolic"] = {"ms": _ms(t), "hits": len(cands), **info}
+            stages["symbolic"] = {**info, "ms": _ms(t), "hits": len(cands)}
         if prof.reranker is not None and cands.items:
             t = time.perf_counter()
             # the reranker sees the top `rerank_top` fused candidates and those expansion added;

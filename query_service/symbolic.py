@@ -122,7 +122,7 @@ def expand(cands: Candidates, query: str, engine: Any, filters: Filters | None, 
                        for n in reached[:20]])
     have = set(cands.ids)
     added = sorted((u for u in scores if u not in have), key=lambda u: (-scores[u], u))[:config.max_new]
-    diag.update(units=len(scores), added=len(added), ms=round((time.perf_counter() - t0) * 1000, 3))
+    diag.update(units=len(scores), added=len(added))
     keep = have | set(added)
     items = cands.items + [Candidate(u, 0.0, {}) for u in added]
     return cands.replace(items, symbolic={u: s for u, s in scores.items() if u in keep},
