@@ -198,7 +198,8 @@ class Filters(_Model):
 @dataclass(frozen=True, slots=True)
 class DocInfo:
     """The few fields that diversity, evidence packing and reranking need, small enough to cache
-    per chunk."""
+    per chunk. `authors` and `subjects` are sets, as sorted tuples (OpenSearch serves them from
+    doc values, which keep no order)."""
 
     work_id: str
     source: str | None
@@ -212,7 +213,8 @@ class DocInfo:
 
     @classmethod
     def of(cls, d: Document) -> DocInfo:
-        return cls(d.work_id, d.source, d.page, tuple(d.authors), d.venue, d.kind, d.title, tuple(d.subjects), d.year)
+        return cls(d.work_id, d.source, d.page, tuple(sorted(set(d.authors))), d.venue, d.kind, d.title,
+                   tuple(sorted(set(d.subjects))), d.year)
 
 
 @dataclass(slots=True)

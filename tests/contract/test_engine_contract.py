@@ -20,7 +20,7 @@ from hybridsearch.engines import (
 )
 from hybridsearch.errors import QueryError, ValidationError
 from hybridsearch.hdc import HdcEncoder
-from hybridsearch.models import DateRange, Document, Filters
+from hybridsearch.models import DateRange, DocInfo, Document, Filters
 from hybridsearch.scoring import bm25_idf
 
 
@@ -234,6 +234,17 @@ def test_vectors_and_codes_follow_the_text(engine) -> None:
     assert engine.knn(unit_vectors(2, seed=4)[0], 1).ids == ["b"] and engine.missing_vectors() == []
     assert engine.set_codes(["b"], [ENC.encode_document(engine.get(["b"])["b"])]) == 1
     assert [i for i, _ in engine.missing_codes()] == ["c"] and engine.stats().codes == 2
+
+
+def test_doc_info_is_the_documents_own(engine) -> None:
+    """However the engine reads it (OpenSearch: doc values, and `_source` for a title longer than
+    its keyword copy holds), DocInfo is what the stored document gives; authors and subjects as sets."""
+    engine.write([Document(id="long", title="Compact " * 700, text="x", authors=["Z", "A", "Z"],
+                           subjects=["topology", "analysis"], year=1901)])
+    infos = engine.doc_info(["a", "b", "c", "long", "missing"])
+    assert infos == {i: DocInfo.of(d) for i, d in engine.get(["a", "b", "c", "long"]).items()}
+    assert infos["long"].authors == ("A", "Z") and infos["long"].subjects == ("analysis", "topology")
+    assert len(infos["long"].title) > 4096 and infos["c"].subjects == ("analysis", "operator algebras")
 
 
 def test_citation_graph(engine) -> None:

@@ -102,13 +102,27 @@ def from_source(src: Mapping[str, Any]) -> Document:
 
 
 INFO_FIELDS = ("id", "work_id", "source", "page", "authors", "venue", "kind", "title", "subjects", "year")
+# the same from doc values: `title.raw` is the title's keyword copy (absent on chunks written before
+# it existed, and on titles over 4096 characters, whose DocInfo comes from `_source`)
+INFO_DOCVALUES = ("id", "work_id", "source", "page", "authors", "venue", "kind", "title.raw", "subjects", "year")
 
 
 def info_from_source(src: Mapping[str, Any]) -> DocInfo:
     """A chunk's DocInfo from its `_source` fetched with INFO_FIELDS only."""
     return DocInfo(src.get("work_id") or src["id"], src.get("source"), src.get("page"),
-                   tuple(src.get("authors") or ()), src.get("venue"), src.get("kind"), src.get("title") or "",
-                   tuple(src.get("subjects") or ()), src.get("year"))
+                   tuple(sorted(set(src.get("authors") or ()))), src.get("venue"), src.get("kind"),
+                   src.get("title") or "", tuple(sorted(set(src.get("subjects") or ()))), src.get("year"))
+
+
+def info_from_docvalues(fields: Mapping[str, list[Any]]) -> DocInfo | None:
+    """A chunk's DocInfo from a hit's INFO_DOCVALUES (keyword doc values come sorted and unique);
+    None without `title.raw`."""
+    if "title.raw" not in fields:
+        return None
+    one = {k: v[0] for k, v in fields.items() if v}
+    return DocInfo(one.get("work_id") or one["id"], one.get("source"), one.get("page"),
+                   tuple(fields.get("authors", ())), one.get("venue"), one.get("kind"), one["title.raw"],
+                   tuple(fields.get("subjects", ())), one.get("year"))
 
 
 # -- filters ----------------------------------------------------------------------------------
