@@ -66,19 +66,22 @@ def pagerank(n: int, src: np.ndarray, dst: np.ndarray, damping: float = 0.85) ->
 
 
 def authority(pr: np.ndarray, indexed: np.ndarray) -> np.ndarray:
-    """PageRank on a log scale relative to the average node, capped: see the module docstring."""
+    """PageRank on a log scale relative to the average node, capped: see the module docstring.
+    Held at 32-bit precision, as OpenSearch's `float` field (and its doc values, which the
+    reranker reads) holds it, so that every engine serves the same number."""
     n = len(pr)
     if n == 0 or not indexed.any():
         return np.zeros(n)
     cap = np.log(n * np.quantile(pr[indexed], CAP_QUANTILE))
     if cap <= 1e-9:  # no work stands out (no citations, or all alike)
         return np.zeros(n)
-    return np.clip(np.log(np.maximum(n * pr, 1e-300)) / cap, 0.0, 1.0)
+    return np.clip(np.log(np.maximum(n * pr, 1e-300)) / cap, 0.0, 1.0).astype(np.float32).astype(np.float64)
 
 
 def links_hash(links: Sequence[WorkLinks], damping: float, cocited_max: int) -> str:
     """What a build depends on: every work's links and date, and the parameters."""
-    h = hashlib.sha256(json.dumps({"damping": damping, "cocited_max": cocited_max, "cap": CAP_QUANTILE}).encode())
+    h = hashlib.sha256(json.dumps({"damping": damping, "cocited_max": cocited_max, "cap": CAP_QUANTILE,
+                                   "authority": "float32"}).encode())
     for w in links:
         h.update(json.dumps([w.work_id, w.ym, sorted(w.cites)]).encode())
     return h.hexdigest()[:32]
