@@ -468,7 +468,7 @@ class OpenSearchEngine:
         flt = Q.filter_clauses(filters)
         try:
             return sorted(i for p in range(0, len(works), _PAGE) for i, _ in self._scan(
-                {"bool": {"filter": [{"terms": {"work_id": works[p:p + _PAGE]}}, *flt]}}, ["id"]))
+                {"bool": {"filter": [{"terms": {"work_id": works[p:p + _PAGE]}}, *flt]}}, ()))
         except IndexNotFoundError:  # before the first write
             return []
 
@@ -478,19 +478,21 @@ class OpenSearchEngine:
 
     def _scan(self, query: dict[str, Any], includes: Sequence[str] | None, limit: int | None = None
               ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Every matching chunk's (id, source), in id order (search_after on the id field)."""
+        """Every matching chunk's (id, source), in id order (search_after on the id field). No
+        `includes` (an empty sequence): ids alone, from doc values, and empty sources."""
         after: list[Any] | None = None
         seen = 0
+        ids_only = includes is not None and not includes
         while limit is None or seen < limit:
             size = _PAGE if limit is None else min(_PAGE, limit - seen)
             source: Any = list(includes) if includes is not None else {"excludes": Q.EXCLUDE_SOURCE}
             body: dict[str, Any] = {"size": size, "query": query, "sort": [{"id": "asc"}],
-                                    "track_total_hits": False, "_source": source}
+                                    "track_total_hits": False, **(Q.HITS_BY_ID if ids_only else {"_source": source})}
             if after is not None:
                 body["search_after"] = after
             hits = self._search(body, "scan")["hits"]["hits"]
             for h in hits:
-                yield h["_id"], h.get("_source", {})
+                yield (Q.hit_id(h), {}) if ids_only else (h["_id"], h.get("_source", {}))
             seen += len(hits)
             if len(hits) < size:
                 return
