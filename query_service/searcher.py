@@ -352,9 +352,10 @@ class Searcher:
         from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, computed again once the index has grown or
         shrunk by a tenth, and at every check while the sample falls short of the index (vectors
         still being embedded)."""
-        count = int(engine.count())
-        if not isinstance(engine, VectorSampling):
+        samples = isinstance(engine, VectorSampling)  # checked apart: `engine` stays a whole Reader
+        if not samples:
             return None
+        count = int(engine.count())
         key = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
         with self._domain_lock:
             known = self._domains.get(key)
