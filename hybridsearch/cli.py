@@ -146,7 +146,9 @@ def _parse_sets(items: list[str] | None) -> dict[str, Any]:
 def _print_explain(result: Any) -> None:
     d = result.diagnostics
     if "intent" in d:
-        print(f"  intent {d['intent']['name']} ({d['intent']['rule']}); focus: {d['intent']['focus']}")
+        it = d["intent"]
+        asks = f"; asks for recent work ({it['recency']!r})" if "recency" in it else ""
+        print(f"  intent {it['name']} ({it['rule']}); focus: {it['focus']}{asks}")
     stages = d.get("stages", {})
     for name, stage in stages.items():
         for key in ("degraded", "low_confidence"):

@@ -21,11 +21,14 @@ class Intent:
     """`name`: one of INTENTS (lookup when nothing else fits). `focus`: the query without the
     phrase that signalled the intent ("what to read before the Gauss-Bonnet theorem" -> "the
     Gauss-Bonnet theorem"), the text that finds the seeds of citation expansion. `rule`: what
-    decided it (the matched rule, "default", or "given" for an intent the caller named)."""
+    decided it (the matched rule, "default", or "given" for an intent the caller named).
+    `recency`: the phrase that asks for recent work ("latest", "in the last five years"), None
+    when the query does not; it is independent of the intent ("a survey of recent advances")."""
 
     name: str
     focus: str
     rule: str
+    recency: str | None = None
 
 
 @runtime_checkable
@@ -66,6 +69,13 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"key (?:results|theorems|ideas) (?:of|in)", r"(?:landmark|seminal) (?:papers|results|works) (?:in|on|of)",
         r"history of", r"review of", r"(?:the )?different (?:notions|kinds|types) of")),
 )
+# asking for recent work, anywhere in the query; a date inside a statement ("increased since 1979")
+# is content, not a request, so years alone do not count
+_RECENCY = _rx(
+    r"(?:most )?recent(?:ly)?", r"latest", r"newest", r"up-?to-?date", r"state[- ]of[- ]the[- ]art",
+    r"current (?:research|work|results|literature|developments|approaches|methods)",
+    r"new(?:er)? (?:results|developments|advances|work|papers|approaches|methods)",
+    r"in the (?:last|past) (?:(?:few|several|two|three|five|ten|\d+) )?(?:years|decades?)")
 # a framing phrase opens the query ("results similar to X", after a courtesy such as "please
 # list"); inside a statement ("A is related to B", "two variants of p18") it is content.
 # Comparisons count anywhere.
@@ -90,6 +100,8 @@ class RuleIntentClassifier:
 
     def classify(self, query: str) -> Intent:
         text = " ".join(query.split())
+        recent = _RECENCY.search(text)
+        recency = recent.group(0).lower() if recent is not None else None
         lead = _COURTESY.match(text)
         opening = lead.end() if lead is not None else 0
         for intent, rule, pattern in _RULES:
@@ -97,14 +109,16 @@ class RuleIntentClassifier:
             if m is None or (intent != "compare" and m.start() > opening):
                 continue
             if intent == "compare":  # "A vs B" keeps both sides: the focus is the whole query
-                return Intent(intent, text, rule)
+                return Intent(intent, text, rule, recency)
             focus = _EDGE.sub("", text[m.end():])
-            return Intent(intent, " ".join(focus.split()) or text, rule)
-        return Intent("lookup", text, "default")
+            return Intent(intent, " ".join(focus.split()) or text, rule, recency)
+        return Intent("lookup", text, "default", recency)
 
 
 def given(query: str, name: str, classifier: IntentClassifier) -> Intent:
-    """The intent a caller named (the HTTP `mode`, `--intent`): the classifier still finds the focus."""
+    """The intent a caller named (the HTTP `mode`, `--intent`): the classifier still finds the focus
+    and whether the query asks for recent work."""
     if name not in INTENTS:
         raise QueryError(f"intent must be one of {', '.join(INTENTS)}, got {name!r}")
-    return Intent(name, classifier.classify(query).focus, "given")
+    found = classifier.classify(query)
+    return Intent(name, found.focus, "given", found.recency)

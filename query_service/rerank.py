@@ -15,7 +15,10 @@ and a hit's contributions (w_i x component_i) sum to its score.
 - field_match: 1 when the chunk's title, as analysed tokens, occurs in the query (an exact name
   match; the analyser maps notation variants to one form, so "C-star algebra" matches
   "C*-algebra"); otherwise the share of the query's tokens among its subjects' tokens
-- freshness: 2^-(age / half_life), age in years behind the newest candidate (0 when undated)
+- freshness: 2^-(age / half_life), age in years behind the newest candidate (0 when undated);
+  recency is query-dependent: no intent's row weights it, and a query that asks for recent work
+  (Intent.recency: "latest", "in the last five years") moves the share `recency` of every weight
+  onto it, so the weights still sum to 1
 - authority: the work's PageRank authority (indexer.graph: log scale, capped at the 99th percentile)
 """
 
@@ -72,7 +75,8 @@ class Weights(BaseModel):
 # authority), fitted by bench/tune_rerank.py on SciFact's train split and the demo corpus only
 # (0.05 grid, lexical = semantic, authority at most 0.15 so popularity cannot dominate, RFC-0003
 # §10.2). Foundational bias: no row rewards recency (freshness 0; neither tuning set dates its
-# answers), and prereq leans on what the seeds cite and on authority.
+# answers; a query that asks for recent work gets MathConfig.recency), and prereq leans on what
+# the seeds cite and on authority.
 WEIGHTS: dict[str, tuple[float, float, float, float, float, float]] = {
     "lookup":  (0.35, 0.35, 0.15, 0.15, 0.00, 0.00),
     "compare": (0.25, 0.25, 0.40, 0.05, 0.00, 0.05),
@@ -90,6 +94,9 @@ class MathConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     weights: dict[str, Weights] = Field(default_factory=_default_weights)
     half_life: float = Field(default=10.0, gt=0, allow_inf_nan=False, description="years; freshness halves")
+    recency: float = Field(default=0.25, ge=0, le=1, allow_inf_nan=False,
+                           description="the share of the score that freshness takes when the query asks "
+                           "for recent work (each weight scaled by 1 - recency)")
     budget_ms: float = Field(default=100.0, gt=0, allow_inf_nan=False,
                              description="past it the fused order stays, flagged degraded")
     low_cosine: float = Field(default=0.40, ge=-1, le=1, allow_inf_nan=False,
@@ -124,10 +131,16 @@ class MathReranker:
         cfg = self.config
         intent = query.intent.name if query.intent is not None else "lookup"
         weights = cfg.weights.get(intent, cfg.weights["lookup"]).as_dict()
+        recency = query.intent.recency if query.intent is not None else None
+        if recency is not None and cfg.recency > 0:
+            weights = {c: (1 - cfg.recency) * w + (cfg.recency if c == "freshness" else 0.0)
+                       for c, w in weights.items()}
         if weights["semantic"] > 0 and isinstance(engine, VectorSearch):
             _ = query.vector  # embedding the query is the dense channel's cost, not the reranker's budget
         t0 = time.perf_counter()
         diag: dict[str, Any] = {"intent": intent, "weights": weights}
+        if recency is not None:
+            diag["recency"] = recency
         infos = cands.doc_info(engine)
         cosines = self._cosines(query, cands, engine)
         comps = {c: self._component(c, query, cands, engine, infos, cosines) for c in COMPONENTS if weights[c] > 0}

@@ -182,6 +182,8 @@ class Searcher:
         t0 = time.perf_counter()
         understood = self._intent(query, intent)
         diag["intent"] = {"name": understood.name, "focus": understood.focus, "rule": understood.rule}
+        if understood.recency is not None:
+            diag["intent"]["recency"] = understood.recency
         # with citation or symbolic expansion the intent plans the search: prereq and related
         # queries find their seeds by their focus ("the Gauss-Bonnet theorem"), not by the framing words
         expands = prof.citation is not None or prof.expansion == "symbolic"

@@ -68,3 +68,24 @@ def test_given_intent_keeps_the_focus_and_rejects_unknown_names() -> None:
     assert (got.name, got.focus, got.rule) == ("prereq", "Brouwer fixed point theorem", "given")
     with pytest.raises(QueryError, match="intent must be one of lookup, survey, compare, prereq, related"):
         given("x", "tutorial", RuleIntentClassifier())
+
+
+RECENCY = [
+    ("recent advances in knot theory", "recent"),
+    ("a survey of the latest results on prime gaps", "latest"),
+    ("state-of-the-art methods for sparse linear systems", "state-of-the-art"),
+    ("what changed in the last ten years in graph minors", "in the last ten years"),
+    ("I would like to find more recent material on root isolation", "recent"),
+    ("current research on the Riemann hypothesis", "current research"),
+    # a date or "new" inside a statement is content, not a request
+    ("Incidence of heart failure increased by 10% in women since 1979.", None),
+    ("a new proof of the four colour theorem", None),
+    ("Heine-Borel theorem statement", None),
+]
+
+
+@pytest.mark.parametrize(("query", "phrase"), RECENCY, ids=[row[0][:40] for row in RECENCY])
+def test_recency_is_found_whatever_the_intent(query: str, phrase: str | None) -> None:
+    got = RuleIntentClassifier().classify(query)
+    assert got.recency == phrase, got
+    assert given(query, "survey", RuleIntentClassifier()).recency == phrase

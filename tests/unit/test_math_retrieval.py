@@ -10,7 +10,7 @@ import pytest
 
 from hybridsearch.engines.embedded import EmbeddedEngine
 from query_service.evidence import EvidenceConfig
-from query_service.rerank import COMPONENTS, MathConfig
+from query_service.rerank import COMPONENTS, WEIGHTS, MathConfig
 from query_service.searcher import Searcher, get_profile
 
 PREREQ = "what to read before the Gauss-Bonnet theorem"
@@ -102,6 +102,31 @@ def test_low_confidence_flag(searcher) -> None:
     # above the semantic floor, but weakly: the top hit's cosine is below 0.40
     res = searcher.search("how to frobnicate a widget in a compact space", "hybrid", k=10)
     assert res.diagnostics["stages"]["rerank"]["low_confidence"].startswith("top hit's cosine"), res.diagnostics
+
+
+def test_a_query_that_asks_for_recent_work_weights_freshness(searcher) -> None:
+    # no intent's row weights freshness; "recent" moves a quarter of every weight onto it
+    query = "recent advances in topology"
+    res = searcher.search(query, "hybrid", k=5)
+    assert res.diagnostics["intent"]["recency"] == "recent"
+    rerank = res.diagnostics["stages"]["rerank"]
+    lookup = dict(zip(COMPONENTS, WEIGHTS["lookup"], strict=True))
+    assert rerank["recency"] == "recent"
+    assert rerank["weights"] == pytest.approx({c: 0.75 * w + (0.25 if c == "freshness" else 0.0)
+                                               for c, w in lookup.items()})
+    # the Poincare conjecture's proof (2003) is the newest topology unit: freshness 1
+    top = {h.id: h for h in res.hits}
+    assert "topo-poincare-conjecture" in top, list(top)
+    assert top["topo-poincare-conjecture"].components["freshness"] == 1.0
+    for h in res.hits:
+        assert math.isclose(sum(h.contributions.values()), h.score, abs_tol=1e-12), h
+    # without the share, or without the request, it is not in the top 5 and freshness weighs nothing
+    off = get_profile("hybrid").model_copy(update={"reranker_config": {"recency": 0.0}})
+    assert "topo-poincare-conjecture" not in {h.id for h in searcher.search(query, off, k=5).hits}
+    plain = searcher.search("advances in topology", "hybrid", k=5)
+    assert "recency" not in plain.diagnostics["intent"]
+    assert plain.diagnostics["stages"]["rerank"]["weights"]["freshness"] == 0.0
+    assert "topo-poincare-conjecture" not in {h.id for h in plain.hits}
 
 
 def test_weights_are_validated() -> None:
