@@ -340,7 +340,7 @@ class EmbeddedEngine:
         return self.store.neighbors(ids)
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
-        return {i: nb.authority for i, nb in self.store.neighbors(ids).items() if nb.authority is not None}
+        return self.store.authority(ids)
 
     def citation_links(self) -> list[WorkLinks]:
         return self.store.citation_links()

@@ -255,6 +255,11 @@ class Store:
                 Neighbors(tuple(json.loads(cites)), tuple(json.loads(by)), tuple(json.loads(co)), pr, auth)
                 for i, cites, by, co, pr, auth in self._rows_in(sql, list(dict.fromkeys(ids)))}
 
+    def authority(self, ids: Sequence[str]) -> dict[str, float]:
+        sql = ("SELECT c.id, g.authority FROM chunks c JOIN graph g ON g.work_id = c.work_id"
+               " WHERE c.id IN ({marks})")
+        return dict(self._rows_in(sql, list(dict.fromkeys(ids))))
+
     def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
         return self._missing("hdc", None, ids)
 
