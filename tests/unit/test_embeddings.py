@@ -1,0 +1,59 @@
+"""The encoder's two runtimes: short requests on ONNX Runtime (the model exported once into the
+cache), batches on torch, and the same vectors from both."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from hybridsearch.embeddings import SHORT, MiniLMEncoder
+from hybridsearch.errors import ConfigError
+
+TEXTS = ["Brouwer fixed point theorem", "Aspirin inhibits the production of PGE2.",
+         "what to read before the Gauss-Bonnet theorem", "C*-algebra", "a" * 3000]
+
+
+@pytest.fixture(scope="module")
+def torch_only() -> MiniLMEncoder:
+    return MiniLMEncoder(runtime="torch")
+
+
+def test_short_requests_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_only) -> None:
+    enc = MiniLMEncoder(cache=tmp_path)
+    got = enc.encode(TEXTS)  # a long text is truncated as torch truncates it
+    assert enc.short_runtime == "onnxruntime"
+    assert [p.suffix for p in tmp_path.iterdir()] == [".onnx"]  # exported once, kept in the cache
+    want = torch_only.encode(TEXTS)
+    assert torch_only.short_runtime == "torch"
+    assert got.shape == want.shape == (len(TEXTS), 384) and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert (got * want).sum(axis=1).min() > 0.9999
+    # one at a time (no padding) gives the same as in a padded request
+    single = np.vstack([enc.encode([t]) for t in TEXTS])
+    assert (single * got).sum(axis=1).min() > 0.9999
+    # a batch larger than SHORT runs on torch: exactly the torch encoder's vectors
+    batch = [f"{t} {i}" for i in range(SHORT + 1) for t in TEXTS[:1]]
+    assert np.array_equal(enc.encode(batch), torch_only.encode(batch))
+
+
+def test_a_kept_export_is_used_and_a_damaged_one_falls_back_to_torch(tmp_path, caplog) -> None:
+    MiniLMEncoder(cache=tmp_path).encode(["x"])
+    (kept,) = tmp_path.iterdir()
+    before = kept.stat().st_mtime_ns
+    again = MiniLMEncoder(cache=tmp_path)
+    again.encode(["x"])
+    assert again.short_runtime == "onnxruntime" and kept.stat().st_mtime_ns == before
+    kept.write_bytes(b"not an onnx model")
+    with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
+        damaged = MiniLMEncoder(cache=tmp_path)
+        vec = damaged.encode(["Brouwer fixed point theorem"])
+    assert damaged.short_runtime == "torch"
+    assert "ONNX Runtime cannot run the export" in caplog.text and "queries run on torch" in caplog.text
+    assert abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+
+
+def test_runtime_is_validated() -> None:
+    with pytest.raises(ConfigError, match="embedding runtime must be auto or torch; got 'gpu'"):
+        MiniLMEncoder(runtime="gpu")  # type: ignore[arg-type]
