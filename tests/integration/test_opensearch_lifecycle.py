@@ -239,6 +239,30 @@ def test_templates_apply_is_idempotent(admin, name) -> None:
     assert changed[("index template", f"hybridsearch-{name}")] == "updated"
 
 
+def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> None:
+    from hybridsearch.engines.opensearch import queries as Q
+
+    admin.create(name)
+    status = admin.status(name)
+    assert not status["warnings"]
+    # the same version as a cluster made it before the title had its keyword copy
+    v1 = f"{name}-v1"
+    mapping = admin.client.indices.get_mapping(index=v1)[v1]["mappings"]
+    aliases = admin.client.indices.get_alias(index=v1)[v1]["aliases"]
+    del mapping["properties"]["title"]["fields"]
+    admin.client.indices.delete(index=v1)
+    admin.client.indices.delete_index_template(name=f"hybridsearch-{name}")
+    settings = Q.chunks_template(status["knn_engine"])["template"]["settings"]
+    admin.client.indices.create(index=v1, body={"settings": settings, "mappings": mapping, "aliases": aliases})
+    (warning,) = admin.status(name)["warnings"]
+    assert warning.startswith(f"the live version {v1} was made from older templates and lacks title.raw (so the "
+                              "reranker and diversity read DocInfo from _source"), warning
+    assert warning.endswith(f"`hybridsearch indices reindex {name}` moves it onto the current ones")
+    admin.apply_templates([name])
+    admin.reindex(name)
+    assert not admin.status(name)["warnings"]
+
+
 def test_indices_and_snapshot_commands(opensearch_url, name) -> None:
     url = ["--url", opensearch_url]
     created = run("indices", "create", name, *url, "--json")

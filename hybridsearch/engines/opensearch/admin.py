@@ -131,6 +131,24 @@ def put_template(client: opensearchpy.OpenSearch, kind: str, name: str, body: di
     return Change(kind, name, "created" if was is None else "unchanged" if was == new else "updated")
 
 
+# what an index made before a template field existed does without it
+OUTDATED = {"title.raw": " (so the reranker and diversity read DocInfo from _source: about 30 ms per 100 chunks "
+                         "instead of 3)"}
+
+
+def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the fields (sub-fields included) in mapping `want` that mapping `have` lacks."""
+    out: list[str] = []
+    for key in ("properties", "fields"):
+        theirs = have.get(key, {})
+        for f, spec in want.get(key, {}).items():
+            if f not in theirs:
+                out.append(prefix + f)
+            else:
+                out.extend(missing_fields(spec, theirs[f], f"{prefix}{f}."))
+    return out
+
+
 def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine) -> list[Change]:
     """The chunk component template and the index template of logical index `index`, put where
     missing or different from this version's."""
@@ -268,6 +286,16 @@ class Admin:
             out["reindex_running"] = running
         if f"{name}-write" not in live.aliases:
             out["warnings"].append(f"the write alias {name}-write is not on the live version {live.index}")
+        knn = st.details.get("knn_engine")
+        if knn in ("faiss", "lucene"):
+            with self.errors("read the mapping"):
+                got = self.client.indices.get_mapping(index=live.index)[live.index]["mappings"]
+            missing = missing_fields(Q.chunks_template(knn)["template"]["mappings"], got)
+            if missing:
+                out["warnings"].append(
+                    f"the live version {live.index} was made from older templates and lacks {', '.join(missing)}"
+                    f"{''.join(OUTDATED.get(f, '') for f in missing)}; `hybridsearch indices reindex {name}` "
+                    "moves it onto the current ones")
         return out
 
     def create(self, name: str) -> LogicalIndex:
