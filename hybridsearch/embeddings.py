@@ -150,25 +150,30 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
     key = hashlib.sha256(f"{MODEL_NAME}|{torch.__version__}|{stat and (stat.st_size, stat.st_mtime_ns)}"
                          .encode()).hexdigest()[:16]
     path = cache / f"{MODEL_NAME}-{key}.onnx" if cache is not None else None
-    try:
-        data = path.read_bytes() if path is not None and path.exists() else _export(model, torch)
-    except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch
-        log.warning("embedding: ONNX export failed (%s: %s); queries run on torch", type(e).__name__, e)
-        return None
-    if path is not None and not path.exists():
+    source: str | bytes
+    if path is not None and path.exists():
+        source = str(path)
+    else:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        except OSError as e:
-            log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
+            source = _export(model, torch)
+        except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch
+            log.warning("embedding: ONNX export failed (%s: %s); queries run on torch", type(e).__name__, e)
+            return None
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_bytes(source)
+                os.replace(tmp, path)
+                source = str(path)
+            except OSError as e:
+                log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = torch.get_num_threads()
     opts.log_severity_level = 3
     probe = ["hybrid search over scientific corpora", "Gauss-Bonnet theorem"]
     try:
-        session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
         got = _onnx_encode(session, model, probe)
     except Exception as e:  # noqa: BLE001 - e.g. a damaged export in the cache
         log.warning("embedding: ONNX Runtime cannot run the export%s (%s: %s); queries run on torch",
