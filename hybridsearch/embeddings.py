@@ -6,6 +6,7 @@ import hashlib
 import io
 import logging
 import os
+import tempfile
 import threading
 import warnings
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from hybridsearch.errors import ConfigError
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
 SHORT = 8  # texts: a request of at most this many runs on ONNX Runtime when the encoder has it
+EXPORT_VERSION = 1  # of _export: part of the cache key, so a changed export is made again
 
 log = logging.getLogger("hybridsearch.embeddings")
 
@@ -46,7 +48,7 @@ class MiniLMEncoder:
 
     `runtime="auto"` also runs short requests (a query: at most SHORT texts) on ONNX Runtime, where
     it is installed: the float32 model is exported once to `cache` and checked against torch
-    (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about 4 ms instead of 13
+    (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about 5 ms instead of 13
     for a query on a 2-core CPU, where torch's per-call overhead dominates; batches stay on torch,
     which is faster for them.
     """
@@ -138,8 +140,9 @@ def _onnx_encode(session: Any, model: Any, texts: Sequence[str]) -> np.ndarray:
 
 def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
     """An ONNX Runtime session of the float32 model with its mean pooling, exported once into
-    `cache` (keyed by the weights and the torch version), or None: onnxruntime not installed, the
-    export failed, or its vectors differ from torch's (each but the first logged as a warning)."""
+    `cache` (keyed by the weights, the torch version and EXPORT_VERSION), or None: onnxruntime not
+    installed, the export failed, or its vectors differ from torch's (the last two logged as a
+    warning). A kept export that cannot run or disagrees is deleted and made again."""
     try:
         import onnxruntime as ort
         import torch
@@ -147,27 +150,35 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
         return None
     weights = model_dir / "model.safetensors"
     stat = weights.stat() if weights.exists() else None
-    key = hashlib.sha256(f"{MODEL_NAME}|{torch.__version__}|{stat and (stat.st_size, stat.st_mtime_ns)}"
-                         .encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{torch.__version__}|"
+                         f"{stat and (stat.st_size, stat.st_mtime_ns)}".encode()).hexdigest()[:16]
     path = cache / f"{MODEL_NAME}-{key}.onnx" if cache is not None else None
-    source: str | bytes
     if path is not None and path.exists():
-        source = str(path)
-    else:
+        session = _checked(ort, torch, model, str(path), f"the kept export {path}", "it is made again")
+        if session is not None:
+            return session
+        path.unlink(missing_ok=True)
+    try:
+        data = _export(model, torch)
+    except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch
+        log.warning("embedding: ONNX export failed (%s: %s); queries run on torch", type(e).__name__, e)
+        return None
+    source: str | bytes = data
+    if path is not None:
         try:
-            source = _export(model, torch)
-        except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch
-            log.warning("embedding: ONNX export failed (%s: %s); queries run on torch", type(e).__name__, e)
-            return None
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(source)
-                os.replace(tmp, path)
-                source = str(path)
-            except OSError as e:
-                log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            source = str(path)
+        except OSError as e:
+            log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
+    return _checked(ort, torch, model, source, "the ONNX export", "queries run on torch")
+
+
+def _checked(ort: Any, torch: Any, model: Any, source: str | bytes, what: str, then: str) -> Any:
+    """A session of `source` whose vectors agree with torch's on a probe (cosine >= 0.9999), or None."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = torch.get_num_threads()
     opts.log_severity_level = 3
@@ -175,15 +186,14 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
     try:
         session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
         got = _onnx_encode(session, model, probe)
-    except Exception as e:  # noqa: BLE001 - e.g. a damaged export in the cache
-        log.warning("embedding: ONNX Runtime cannot run the export%s (%s: %s); queries run on torch",
-                    f" {path}" if path is not None else "", type(e).__name__, e)
+    except Exception as e:  # noqa: BLE001 - e.g. a damaged file
+        log.warning("embedding: ONNX Runtime cannot run %s (%s: %s); %s", what, type(e).__name__, e, then)
         return None
     want = model.encode(probe, convert_to_numpy=True, normalize_embeddings=True)
     got /= np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-12)
     agree = float((want * got).sum(axis=1).min())
     if agree < 0.9999:
-        log.warning("embedding: the ONNX export agrees with torch only to cosine %.5f; queries run on torch", agree)
+        log.warning("embedding: %s agrees with torch only to cosine %.5f; %s", what, agree, then)
         return None
     return session
 
@@ -208,8 +218,13 @@ def _export(model: Any, torch: Any) -> bytes:
     buf = io.BytesIO()
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
-        torch.onnx.export(Pooled(), tuple(feats[n] for n in names), buf, input_names=names, output_names=["pooled"],
-                          dynamic_axes={**axes, "pooled": {0: "batch"}}, opset_version=17, dynamo=False)
+        args = (Pooled(), tuple(feats[n] for n in names), buf)
+        options = {"input_names": names, "output_names": ["pooled"], "opset_version": 17,
+                   "dynamic_axes": {**axes, "pooled": {0: "batch"}}}
+        try:
+            torch.onnx.export(*args, **options, dynamo=False)  # the TorchScript exporter (torch >= 2.5 names it)
+        except TypeError:
+            torch.onnx.export(*args, **options)  # older torch has only that one
     return buf.getvalue()
 
 

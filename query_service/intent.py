@@ -69,13 +69,19 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"key (?:results|theorems|ideas) (?:of|in)", r"(?:landmark|seminal) (?:papers|results|works) (?:in|on|of)",
         r"history of", r"review of", r"(?:the )?different (?:notions|kinds|types) of")),
 )
-# asking for recent work, anywhere in the query; a date inside a statement ("increased since 1979")
-# is content, not a request, so years alone do not count
+# asking for recent work, anywhere in the query: a word of recency with a noun for literature or
+# results ("recent advances", "the latest papers", "state-of-the-art methods", "current research",
+# "work from the last ten years"). Alone such words are content ("patients with recent infarction",
+# "latest start time", "in the last 20 years mortality fell", "most recent common ancestor"), and so
+# is a date; "new" is left out ("new findings suggest ..." states a claim).
+_LITERATURE = (r"(?:advances|results|work|works|papers|articles|publications|literature|material|research|"
+               r"developments|progress|findings|approaches|methods|techniques|surveys?|overviews?|trends)")
 _RECENCY = _rx(
-    r"(?:most )?recent(?:ly)?", r"latest", r"newest", r"up-?to-?date", r"state[- ]of[- ]the[- ]art",
-    r"current (?:research|work|results|literature|developments|approaches|methods)",
-    r"new(?:er)? (?:results|developments|advances|work|papers|approaches|methods)",
-    r"in the (?:last|past) (?:(?:few|several|two|three|five|ten|\d+) )?(?:years|decades?)")
+    r"(?:(?:the|most) )?(?:recent|latest|newest|up[- ]?to[- ]?date|state[- ]of[- ]the[- ]art) " + _LITERATURE,
+    r"current (?:research|literature|work|developments|trends)",
+    r"(?:the )?state of the art (?:in|of|on|for)",
+    _LITERATURE + r" (?:from|in|of|over|during) the (?:last|past) (?:(?:few|several|two|three|four|five|ten|"
+    r"twenty|\d+) )?(?:years|decades?)")
 # a framing phrase opens the query ("results similar to X", after a courtesy such as "please
 # list"); inside a statement ("A is related to B", "two variants of p18") it is content.
 # Comparisons count anywhere.

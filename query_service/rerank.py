@@ -131,8 +131,8 @@ class MathReranker:
         cfg = self.config
         intent = query.intent.name if query.intent is not None else "lookup"
         weights = cfg.weights.get(intent, cfg.weights["lookup"]).as_dict()
-        recency = query.intent.recency if query.intent is not None else None
-        if recency is not None and cfg.recency > 0:
+        recency = query.intent.recency if query.intent is not None and cfg.recency > 0 else None
+        if recency is not None:
             weights = {c: (1 - cfg.recency) * w + (cfg.recency if c == "freshness" else 0.0)
                        for c, w in weights.items()}
         if weights["semantic"] > 0 and isinstance(engine, VectorSearch):

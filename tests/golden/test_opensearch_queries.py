@@ -149,3 +149,17 @@ def test_the_query_log_policy_and_template() -> None:
     assert digest(with_digest(log)) == digest(log) and with_digest(log)["_meta"]["digest"] == digest(log)
     changed = {**log, "priority": 151}
     assert digest(changed) != digest(log)
+
+
+def test_missing_fields_of_an_older_mapping() -> None:
+    from hybridsearch.engines.opensearch.admin import missing_fields
+
+    want = Q.chunks_template("faiss")["template"]["mappings"]
+    assert missing_fields(want, want) == []
+    old = {"properties": {name: dict(spec) for name, spec in want["properties"].items() if name != "ym"}}
+    del old["properties"]["title"]["fields"]
+    # an engine or a parameter of the same field is not a missing field; a sub-field and a nested one are
+    old["properties"]["dense"] = {**want["properties"]["dense"], "method": {"name": "hnsw", "engine": "lucene"}}
+    graph = want["properties"]["graph"]
+    old["properties"]["graph"] = {"properties": {k: v for k, v in graph["properties"].items() if k != "authority"}}
+    assert missing_fields(want, old) == ["title.raw", "graph.authority", "ym"]

@@ -4,6 +4,7 @@ cache), batches on torch, and the same vectors from both."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -11,8 +12,9 @@ import pytest
 from hybridsearch.embeddings import SHORT, MiniLMEncoder
 from hybridsearch.errors import ConfigError
 
+LONG = " ".join(f"word{i}" for i in range(600))  # over the model's 256 tokens
 TEXTS = ["Brouwer fixed point theorem", "Aspirin inhibits the production of PGE2.",
-         "what to read before the Gauss-Bonnet theorem", "C*-algebra", "a" * 3000]
+         "what to read before the Gauss-Bonnet theorem", "C*-algebra", LONG]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def test_short_requests_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_o
     assert np.array_equal(enc.encode(batch), torch_only.encode(batch))
 
 
-def test_a_kept_export_is_used_and_a_damaged_one_falls_back_to_torch(tmp_path, caplog) -> None:
+def test_a_kept_export_is_used_and_a_damaged_one_is_made_again(tmp_path, caplog, torch_only) -> None:
     MiniLMEncoder(cache=tmp_path).encode(["x"])
     (kept,) = tmp_path.iterdir()
     before = kept.stat().st_mtime_ns
@@ -47,11 +49,22 @@ def test_a_kept_export_is_used_and_a_damaged_one_falls_back_to_torch(tmp_path, c
     assert again.short_runtime == "onnxruntime" and kept.stat().st_mtime_ns == before
     kept.write_bytes(b"not an onnx model")
     with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
-        damaged = MiniLMEncoder(cache=tmp_path)
-        vec = damaged.encode(["Brouwer fixed point theorem"])
-    assert damaged.short_runtime == "torch"
-    assert "ONNX Runtime cannot run the export" in caplog.text and "queries run on torch" in caplog.text
-    assert abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+        mended = MiniLMEncoder(cache=tmp_path)
+        vec = mended.encode(["Brouwer fixed point theorem"])
+    assert f"ONNX Runtime cannot run the kept export {kept}" in caplog.text and "it is made again" in caplog.text
+    assert mended.short_runtime == "onnxruntime" and kept.stat().st_size > 1_000_000
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # no temporary file left
+    assert float(vec[0] @ torch_only.encode(["Brouwer fixed point theorem"])[0]) > 0.9999
+
+
+def test_without_the_exporter_queries_stay_on_torch(tmp_path, caplog, monkeypatch, torch_only) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)  # the ONNX package not installed
+    with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
+        enc = MiniLMEncoder(cache=tmp_path)
+        got = enc.encode(TEXTS[:2])
+    assert enc.short_runtime == "torch" and list(tmp_path.iterdir()) == []
+    assert "ONNX export failed" in caplog.text and "queries run on torch" in caplog.text
+    assert np.array_equal(got, torch_only.encode(TEXTS[:2]))
 
 
 def test_runtime_is_validated() -> None:

@@ -108,10 +108,10 @@ def test_a_query_that_asks_for_recent_work_weights_freshness(searcher) -> None:
     # no intent's row weights freshness; "recent" moves a quarter of every weight onto it
     query = "recent advances in topology"
     res = searcher.search(query, "hybrid", k=5)
-    assert res.diagnostics["intent"]["recency"] == "recent"
+    assert res.diagnostics["intent"]["recency"] == "recent advances"
     rerank = res.diagnostics["stages"]["rerank"]
     lookup = dict(zip(COMPONENTS, WEIGHTS["lookup"], strict=True))
-    assert rerank["recency"] == "recent"
+    assert rerank["recency"] == "recent advances"
     assert rerank["weights"] == pytest.approx({c: 0.75 * w + (0.25 if c == "freshness" else 0.0)
                                                for c, w in lookup.items()})
     # the Poincare conjecture's proof (2003) is the newest topology unit: freshness 1
@@ -122,7 +122,9 @@ def test_a_query_that_asks_for_recent_work_weights_freshness(searcher) -> None:
         assert math.isclose(sum(h.contributions.values()), h.score, abs_tol=1e-12), h
     # without the share, or without the request, it is not in the top 5 and freshness weighs nothing
     off = get_profile("hybrid").model_copy(update={"reranker_config": {"recency": 0.0}})
-    assert "topo-poincare-conjecture" not in {h.id for h in searcher.search(query, off, k=5).hits}
+    unshared = searcher.search(query, off, k=5)
+    assert "topo-poincare-conjecture" not in {h.id for h in unshared.hits}
+    assert "recency" not in unshared.diagnostics["stages"]["rerank"]
     plain = searcher.search("advances in topology", "hybrid", k=5)
     assert "recency" not in plain.diagnostics["intent"]
     assert plain.diagnostics["stages"]["rerank"]["weights"]["freshness"] == 0.0
