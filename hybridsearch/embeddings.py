@@ -170,6 +170,7 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            os.chmod(tmp, 0o644)  # mkstemp makes it private; the export is no secret
             os.replace(tmp, path)
             source = str(path)
         except OSError as e:
