@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import logging
 import os
@@ -121,13 +122,18 @@ class MiniLMEncoder:
             vecs = model.encode(list(texts), batch_size=batch_size or self.batch_size, show_progress_bar=progress,
                                 convert_to_tensor=True)
             out = np.ascontiguousarray(vecs.float().numpy(), dtype=np.float32)
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return _unit(out)
 
     @property
     def short_runtime(self) -> str:
         """What runs short requests: "onnxruntime" or "torch" (after the model is loaded)."""
         return "onnxruntime" if self._session is not None else "torch"
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    """The rows scaled to length 1, in place."""
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows
 
 
 def _onnx_encode(session: Any, model: Any, texts: Sequence[str]) -> np.ndarray:
@@ -143,23 +149,22 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
     `cache` (keyed by the weights, the torch version and EXPORT_VERSION), or None: onnxruntime not
     installed, the export failed, or its vectors differ from torch's (the last two logged as a
     warning). A kept export that cannot run or disagrees is deleted and made again."""
-    try:
-        import onnxruntime as ort
-        import torch
-    except ImportError:
+    if importlib.util.find_spec("onnxruntime") is None:
         return None
+    import torch
+
     weights = model_dir / "model.safetensors"
     stat = weights.stat() if weights.exists() else None
     key = hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{torch.__version__}|"
                          f"{stat and (stat.st_size, stat.st_mtime_ns)}".encode()).hexdigest()[:16]
     path = cache / f"{MODEL_NAME}-{key}.onnx" if cache is not None else None
     if path is not None and path.exists():
-        session = _checked(ort, torch, model, str(path), f"the kept export {path}", "it is made again")
+        session = _checked(model, str(path), f"the kept export {path}", "it is made again")
         if session is not None:
             return session
         path.unlink(missing_ok=True)
     try:
-        data = _export(model, torch)
+        data = _export(model)
     except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch
         log.warning("embedding: ONNX export failed (%s: %s); queries run on torch", type(e).__name__, e)
         return None
@@ -175,31 +180,36 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
             source = str(path)
         except OSError as e:
             log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
-    return _checked(ort, torch, model, source, "the ONNX export", "queries run on torch")
+    return _checked(model, source, "the ONNX export", "queries run on torch")
 
 
-def _checked(ort: Any, torch: Any, model: Any, source: str | bytes, what: str, then: str) -> Any:
+def _checked(model: Any, source: str | bytes, what: str, then: str) -> Any:
     """A session of `source` whose vectors agree with torch's on a probe (cosine >= 0.9999), or None."""
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = torch.get_num_threads()
-    opts.log_severity_level = 3
+    import torch
+
     probe = ["hybrid search over scientific corpora", "Gauss-Bonnet theorem"]
     try:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = torch.get_num_threads()
+        opts.log_severity_level = 3
         session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
         got = _onnx_encode(session, model, probe)
     except Exception as e:  # noqa: BLE001 - e.g. a damaged file
         log.warning("embedding: ONNX Runtime cannot run %s (%s: %s); %s", what, type(e).__name__, e, then)
         return None
     want = model.encode(probe, convert_to_numpy=True, normalize_embeddings=True)
-    got /= np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-12)
-    agree = float((want * got).sum(axis=1).min())
+    agree = float((want * _unit(got)).sum(axis=1).min())
     if agree < 0.9999:
         log.warning("embedding: %s agrees with torch only to cosine %.5f; %s", what, agree, then)
         return None
     return session
 
 
-def _export(model: Any, torch: Any) -> bytes:
+def _export(model: Any) -> bytes:
+    import torch
+
     bert = model[0].auto_model.eval()
 
     class Pooled(torch.nn.Module):  # type: ignore[misc,name-defined]
@@ -219,9 +229,9 @@ def _export(model: Any, torch: Any) -> bytes:
     buf = io.BytesIO()
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
-        args = (Pooled(), tuple(feats[n] for n in names), buf)
-        options = {"input_names": names, "output_names": ["pooled"], "opset_version": 17,
-                   "dynamic_axes": {**axes, "pooled": {0: "batch"}}}
+        args: tuple[Any, ...] = (Pooled(), tuple(feats[n] for n in names), buf)
+        options: dict[str, Any] = {"input_names": names, "output_names": ["pooled"], "opset_version": 17,
+                                   "dynamic_axes": {**axes, "pooled": {0: "batch"}}}
         try:
             torch.onnx.export(*args, **options, dynamo=False)  # the TorchScript exporter (torch >= 2.5 names it)
         except TypeError:
