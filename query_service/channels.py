@@ -48,7 +48,7 @@ class QueryContext:
     @property
     def vector(self) -> np.ndarray:
         if self._vector is None:
-            self._vectors = (self._encoder or default_encoder()).encode([self.text, *self.variants])
+            self._vectors = (self._encoder or default_encoder()).encode([self.text, *self.variants], query=True)
             self._vector = self._vectors[0]
         return self._vector
 

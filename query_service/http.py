@@ -262,7 +262,7 @@ def _open(state: ServiceState) -> None:
     state.engine = open_engine(state.target, **state.options)
     state.engine.count()
     encoder = default_encoder()
-    encoder.encode(["warm up"])  # loads the model now, not on the first request
+    encoder.encode(["warm up"], query=True)  # loads the model (and its query runtime) now, not on the first request
     state.searcher = Searcher(state.engine, encoder=encoder, query_log=open_query_log(state.engine), origin="http")
     state.ready = True
 

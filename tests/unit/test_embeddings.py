@@ -1,5 +1,5 @@
-"""The encoder's two runtimes: short requests on ONNX Runtime (the model exported once into the
-cache), batches on torch, and the same vectors from both."""
+"""The encoder's two runtimes: queries on ONNX Runtime (the model exported once into the cache),
+documents on torch, and the same vectors from both."""
 
 from __future__ import annotations
 
@@ -22,38 +22,39 @@ def torch_only() -> MiniLMEncoder:
     return MiniLMEncoder(runtime="torch")
 
 
-def test_short_requests_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_only) -> None:
+def test_queries_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_only) -> None:
     enc = MiniLMEncoder(cache=tmp_path)
-    got = enc.encode(TEXTS)  # a long text is truncated as torch truncates it
-    assert enc.short_runtime == "onnxruntime"
+    got = enc.encode(TEXTS, query=True)  # a long text is truncated as torch truncates it
+    assert enc.query_runtime == "onnxruntime"
     (kept,) = tmp_path.iterdir()  # exported once, kept in the cache, readable by other users
     assert kept.suffix == ".onnx" and kept.stat().st_mode & 0o777 == 0o644
-    want = torch_only.encode(TEXTS)
-    assert torch_only.short_runtime == "torch"
+    want = torch_only.encode(TEXTS, query=True)
+    assert torch_only.query_runtime == "torch"
     assert got.shape == want.shape == (len(TEXTS), 384) and got.dtype == np.float32
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert (got * want).sum(axis=1).min() > 0.9999
     # one at a time (no padding) gives the same as in a padded request
-    single = np.vstack([enc.encode([t]) for t in TEXTS])
+    single = np.vstack([enc.encode([t], query=True) for t in TEXTS])
     assert (single * got).sum(axis=1).min() > 0.9999
-    # a batch larger than SHORT runs on torch: exactly the torch encoder's vectors
+    # documents, and a query request larger than SHORT, run on torch: exactly the torch encoder's vectors
+    assert np.array_equal(enc.encode(TEXTS), want)
     batch = [f"{t} {i}" for i in range(SHORT + 1) for t in TEXTS[:1]]
-    assert np.array_equal(enc.encode(batch), torch_only.encode(batch))
+    assert np.array_equal(enc.encode(batch, query=True), torch_only.encode(batch))
 
 
 def test_a_kept_export_is_used_and_a_damaged_one_is_made_again(tmp_path, caplog, torch_only) -> None:
-    MiniLMEncoder(cache=tmp_path).encode(["x"])
+    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
     (kept,) = tmp_path.iterdir()
     before = kept.stat().st_mtime_ns
     again = MiniLMEncoder(cache=tmp_path)
-    again.encode(["x"])
-    assert again.short_runtime == "onnxruntime" and kept.stat().st_mtime_ns == before
+    again.encode(["x"], query=True)
+    assert again.query_runtime == "onnxruntime" and kept.stat().st_mtime_ns == before
     kept.write_bytes(b"not an onnx model")
     with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
         mended = MiniLMEncoder(cache=tmp_path)
-        vec = mended.encode(["Brouwer fixed point theorem"])
+        vec = mended.encode(["Brouwer fixed point theorem"], query=True)
     assert f"ONNX Runtime cannot run the kept export {kept}" in caplog.text and "it is made again" in caplog.text
-    assert mended.short_runtime == "onnxruntime" and kept.stat().st_size > 1_000_000
+    assert mended.query_runtime == "onnxruntime" and kept.stat().st_size > 1_000_000
     assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # no temporary file left
     assert float(vec[0] @ torch_only.encode(["Brouwer fixed point theorem"])[0]) > 0.9999
 
@@ -62,10 +63,27 @@ def test_without_the_exporter_queries_stay_on_torch(tmp_path, caplog, monkeypatc
     monkeypatch.setitem(sys.modules, "onnx", None)  # the ONNX package not installed
     with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
         enc = MiniLMEncoder(cache=tmp_path)
-        got = enc.encode(TEXTS[:2])
-    assert enc.short_runtime == "torch" and list(tmp_path.iterdir()) == []
+        got = enc.encode(TEXTS[:2], query=True)
+    assert enc.query_runtime == "torch" and list(tmp_path.iterdir()) == []
     assert "ONNX export failed" in caplog.text and "queries run on torch" in caplog.text
     assert np.array_equal(got, torch_only.encode(TEXTS[:2]))
+
+
+def test_a_process_embedding_only_documents_never_makes_the_session(tmp_path, torch_only) -> None:
+    enc = MiniLMEncoder(cache=tmp_path)
+    assert np.array_equal(enc.encode(TEXTS[:1]), torch_only.encode(TEXTS[:1]))  # one document: torch
+    assert enc.query_runtime == "torch" and list(tmp_path.iterdir()) == []  # nothing exported
+    enc.encode(TEXTS[:1], query=True)  # the first query makes it
+    assert enc.query_runtime == "onnxruntime" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_bfloat16_model_exports_float32_weights(tmp_path, torch_only) -> None:
+    enc = MiniLMEncoder(cache=tmp_path, precision="bfloat16")
+    doc = enc.encode(TEXTS[:1])  # torch, in bfloat16
+    got = enc.encode(TEXTS, query=True)
+    assert enc.query_runtime == "onnxruntime"  # from a float32 copy: agrees with float32 torch
+    assert (got * torch_only.encode(TEXTS)).sum(axis=1).min() > 0.9999
+    assert float(doc[0] @ got[0]) > 0.999
 
 
 def test_runtime_is_validated() -> None:

@@ -17,7 +17,7 @@ class CountingEncoder:
     def __init__(self) -> None:
         self.calls = 0
 
-    def encode(self, texts, *, batch_size=None, progress=False) -> np.ndarray:  # noqa: ANN001
+    def encode(self, texts, *, batch_size=None, progress=False, query=False) -> np.ndarray:  # noqa: ANN001
         self.calls += 1
         return np.ones((len(texts), self.dim), dtype=np.float32)
 
