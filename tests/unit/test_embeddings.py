@@ -4,12 +4,14 @@ documents on torch, and the same vectors from both."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from hybridsearch.embeddings import SHORT, MiniLMEncoder
+from hybridsearch.embeddings import MODEL_NAME, SHORT, UNUSED_DAYS, MiniLMEncoder
 from hybridsearch.errors import ConfigError
 
 LONG = " ".join(f"word{i}" for i in range(600))  # over the model's 256 tokens
@@ -45,10 +47,10 @@ def test_queries_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_only) ->
 def test_a_kept_export_is_used_and_a_damaged_one_is_made_again(tmp_path, caplog, torch_only) -> None:
     MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
     (kept,) = tmp_path.iterdir()
-    before = kept.stat().st_mtime_ns
+    before = kept.stat().st_ino
     again = MiniLMEncoder(cache=tmp_path)
     again.encode(["x"], query=True)
-    assert again.query_runtime == "onnxruntime" and kept.stat().st_mtime_ns == before
+    assert again.query_runtime == "onnxruntime" and kept.stat().st_ino == before  # the same file, used again
     kept.write_bytes(b"not an onnx model")
     with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
         mended = MiniLMEncoder(cache=tmp_path)
@@ -84,6 +86,25 @@ def test_a_bfloat16_model_exports_float32_weights(tmp_path, torch_only) -> None:
     assert enc.query_runtime == "onnxruntime"  # from a float32 copy: agrees with float32 torch
     assert (got * torch_only.encode(TEXTS)).sum(axis=1).min() > 0.9999
     assert float(doc[0] @ got[0]) > 0.999
+
+
+def test_making_an_export_removes_those_unused_for_a_month(tmp_path) -> None:
+    month = time.time() - (UNUSED_DAYS + 1) * 86400
+    old, recent, unfinished, other = (tmp_path / f"{MODEL_NAME}-{n}" for n in
+                                      ("old.onnx", "recent.onnx", "x.onnxab12.tmp", "notes.txt"))
+    for p in (old, recent, unfinished, other):
+        p.write_bytes(b"x")
+    for p in (old, unfinished, other):
+        os.utime(p, (month, month))
+    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
+    made = {p for p in tmp_path.iterdir() if p not in (recent, other)}
+    assert len(made) == 1 and made.pop().suffix == ".onnx"  # old and unfinished are gone
+    assert recent.exists() and other.exists()  # recent exports (another torch) and other files stay
+    (kept,) = set(tmp_path.glob("*.onnx")) - {recent}
+    os.utime(kept, (month, month))
+    inode = kept.stat().st_ino
+    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)  # a use touches the kept export
+    assert kept.stat().st_ino == inode and time.time() - kept.stat().st_mtime < 3600
 
 
 def test_runtime_is_validated() -> None:
