@@ -443,10 +443,11 @@ class OpenSearchEngine:
         return {i: Q.from_source(src) for i, src in self._sources(ids).items()}
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
-        """From doc values; a chunk without `title.raw` is read from `_source`."""
-        out = {i: info for i, f in self._fields(ids, Q.INFO_DOCVALUES, "doc info", docvalues=True).items()
-               if (info := Q.info_from_docvalues(f)) is not None}
-        rest = [i for i in dict.fromkeys(ids) if i not in out]
+        """From doc values; a chunk without `title.raw` is read from `_source` (an id that does not
+        exist is not asked for again)."""
+        found = self._fields(ids, Q.INFO_DOCVALUES, "doc info", docvalues=True)
+        out = {i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None}
+        rest = [i for i in found if i not in out]
         if rest:
             out.update({i: Q.info_from_source(s) for i, s in self._fields(rest, Q.INFO_FIELDS, "doc info").items()})
         return out
