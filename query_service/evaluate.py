@@ -76,10 +76,17 @@ def ablation_specs() -> list[RunSpec]:
 
 
 def corpus_fingerprint(dataset: Path) -> str:
+    """The corpus's identity: a digest of `corpus.jsonl`'s bytes, so a copy of the dataset (another
+    path, another mtime) is the same corpus and an edited one is another."""
+    with (dataset / "corpus.jsonl").open("rb") as f:
+        return "c:" + hashlib.file_digest(f, "blake2b").hexdigest()[:16]
+
+
+def _path_fingerprint(dataset: Path) -> str:
+    """What indices built before content digests hold: path, size and mtime."""
     corpus = dataset / "corpus.jsonl"
     st = corpus.stat()
-    h = hashlib.sha256(f"{corpus.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
+    return hashlib.sha256(f"{corpus.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 def eval_index_name(dataset: Path) -> str:
@@ -102,6 +109,8 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
     engine = open_engine(str(target), **(engine_options or {}))
     try:
         fp = corpus_fingerprint(dataset)
+        if engine.get_meta("corpus") == _path_fingerprint(dataset):
+            engine.set_meta("corpus", fp)  # built before content digests, from this very file
         if engine.get_meta("corpus") != fp:
             # an interrupted build of this corpus (marked before it began) is resumed: ingest is
             # idempotent; anything else in the index is another corpus

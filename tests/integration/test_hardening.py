@@ -233,6 +233,32 @@ def test_an_interrupted_first_eval_is_resumed(tmp_path, capsys) -> None:
     assert code == 2 and "holds another corpus" in one_error_line(err)
 
 
+@pytest.mark.integration
+def test_a_copy_of_the_dataset_is_the_same_corpus(tmp_path, capsys) -> None:
+    import shutil
+
+    from hybridsearch.engines import open_engine
+    from query_service.evaluate import _path_fingerprint
+
+    first, copy = tmp_path / "first", tmp_path / "copy"
+    shutil.copytree(DEMO, first)
+    target = str(tmp_path / "ev")
+    code, out, err = run(capsys, "eval", str(first), "--index-dir", target, "--profiles", "lexical")
+    assert code == 0 and "indexed" in err, err
+    shutil.copytree(DEMO, copy)  # another path, another mtime, the same bytes: nothing is indexed again
+    code, out, err = run(capsys, "eval", str(copy), "--index-dir", target, "--profiles", "lexical")
+    assert code == 0 and "indexed" not in err and "lexical" in out, err
+    engine = open_engine(target)  # an index that holds the path fingerprint of earlier versions
+    engine.set_meta("corpus", _path_fingerprint(copy))
+    engine.close()
+    code, out, err = run(capsys, "eval", str(copy), "--index-dir", target, "--profiles", "lexical")
+    assert code == 0 and "indexed" not in err and "lexical" in out, err
+    with (copy / "corpus.jsonl").open("a") as f:  # an edited corpus is another one
+        f.write('{"_id": "extra", "title": "Extra", "text": "one more document"}\n')
+    code, _, err = run(capsys, "eval", str(copy), "--index-dir", target, "--profiles", "lexical")
+    assert code == 2 and "holds another corpus" in one_error_line(err)
+
+
 # -- what users expect -----------------------------------------------------------------------------
 
 @pytest.mark.integration
