@@ -35,6 +35,10 @@ def test_stats_and_search(demo_copy) -> None:
     # title weight 1.5 (kb-fast) puts the exact name first
     text = cli("search", "C-star algebra", "--profile", "lexical", "--index-dir", str(demo_copy)).stdout
     assert "anal-c-star-algebra" in "\n".join(text.splitlines()[2:4])
+    assert "embedding model" not in text.splitlines()[0]  # lexical embeds nothing
+    # the model is loaded before a search that embeds its query: the search's time is its own
+    header = cli("search", "C-star algebra", "--index-dir", str(demo_copy)).stdout.splitlines()[0]
+    assert header.startswith("query: C-star algebra   (hybrid, ") and "; the embedding model loaded in " in header
     text = cli("search", "C-star algebra", "--profile", "kb-fast", "--index-dir", str(demo_copy)).stdout
     assert "anal-c-star-algebra" in text.splitlines()[2]
 
