@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -44,11 +45,14 @@ class QueryContext:
         self.acts = acts
         self._encoder = encoder
         self._vector: np.ndarray | None = None
+        self.embed_ms: float | None = None  # what embedding the query took, once it is embedded
 
     @property
     def vector(self) -> np.ndarray:
         if self._vector is None:
+            t = time.perf_counter()
             self._vectors = (self._encoder or default_encoder()).encode([self.text, *self.variants], query=True)
+            self.embed_ms = round((time.perf_counter() - t) * 1000, 3)
             self._vector = self._vectors[0]
         return self._vector
 

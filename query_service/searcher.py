@@ -219,7 +219,7 @@ class Searcher:
             stages["semantic_floor"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
             if reason is not None:
                 diag["reason"] = reason
-                diag["ms"] = _ms(t0)
+                _total(diag, t0, ctx)
                 return SearchResult.model_construct(query=query, hits=[], diagnostics=diag, evidence=None)
         t = time.perf_counter()
         pool = limit * 3 if prof.diversity is not None else limit  # room for what diversity drops
@@ -280,7 +280,7 @@ class Searcher:
             t = time.perf_counter()
             evidence = pack(query, cands.ids, cands.scores, engine.get(cands.ids), prof.evidence)
             stages["evidence"] = {"ms": _ms(t), "items": len(evidence.items), "tokens": evidence.tokens}
-        diag["ms"] = _ms(t0)
+        _total(diag, t0, ctx)
         if not hits:
             diag["reason"] = ("every candidate fell below the score floors" if "prune" in stages
                               else "no channel returned a match")
@@ -425,6 +425,14 @@ def _explain(cands: Candidates) -> list[Hit]:
         per_channel[channel] = table
     return [Hit(c.id, c.score, rank, {ch: t[c.id] for ch, t in per_channel.items() if c.id in t}, c.contributions,
                 components=c.components, via=cands.via.get(c.id, "")) for rank, c in enumerate(cands.items, 1)]
+
+
+def _total(diag: dict[str, Any], t0: float, ctx: QueryContext) -> None:
+    """The search's milliseconds, and those of embedding the query (inside the stage that first
+    needed its vector), if it was embedded."""
+    diag["ms"] = _ms(t0)
+    if ctx.embed_ms is not None:
+        diag["embed_ms"] = ctx.embed_ms
 
 
 def _ms(t: float) -> float:

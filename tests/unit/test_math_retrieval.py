@@ -115,6 +115,7 @@ def test_docinfo_is_fetched_while_the_seeds_neighbours_are_read(searcher, monkey
     neighbors = next(c for c in calls if c[0] == "neighbors")
     assert not first_info[3], "the candidates' DocInfo is fetched on a worker thread"
     assert neighbors[1] < first_info[2], "the neighbours are read while it is under way"
+    assert 0 < res.diagnostics["embed_ms"] < res.diagnostics["stages"]["channels"]["ms"]
     assert {"geom-gaussian-curvature", "topo-euler-characteristic"} <= {h.id for h in res.hits[:5]}
 
 
