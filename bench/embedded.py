@@ -82,7 +82,7 @@ def main() -> None:
         lat_bm25.append((time.perf_counter() - t) * 1000)
     for q in queries:
         t = time.perf_counter()
-        engine.knn(enc.encode([q.text])[0], 100)
+        engine.knn(enc.encode([q.text], query=True)[0], 100)
         lat_dense.append((time.perf_counter() - t) * 1000)
     fig["bm25_p50_ms"], fig["bm25_p95_ms"] = percentile(lat_bm25, 50), percentile(lat_bm25, 95)
     fig["dense_p50_ms"], fig["dense_p95_ms"] = percentile(lat_dense, 50), percentile(lat_dense, 95)

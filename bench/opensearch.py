@@ -139,7 +139,7 @@ def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries
     search = engines["opensearch"]
     assert isinstance(search, OpenSearchEngine)
     took = [float(r["took"]) for r in timed(partial(bm25_request, search), texts)[1]]
-    enc.encode([texts[0]])
+    enc.encode([texts[0]], query=True)
     embed_lat, vectors = timed(partial(embed_one, enc), texts, warmup=0)
     for n, e in engines.items():
         rows[n]["dense"] = timed(partial(e.knn, k=DEPTH), vectors)[0]
@@ -168,7 +168,7 @@ def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries
 
 
 def embed_one(enc: Encoder, text: str) -> np.ndarray:
-    return enc.encode([text])[0]
+    return enc.encode([text], query=True)[0]
 
 
 def bm25_request(engine: OpenSearchEngine, text: str) -> dict[str, Any]:
@@ -191,7 +191,7 @@ def peer_search(engine: OpenSearchEngine, pipeline: str, bm25: Bm25Config, enc: 
     """OpenSearch's hybrid query over our BM25 sub-query (the bm25 channel's analysed terms, fields
     and mode) and the dense kNN sub-query of the query's embedding, fused by `pipeline`; the raw
     response."""
-    vector = enc.encode([text])[0]
+    vector = enc.encode([text], query=True)[0]
     terms = merge_term_weights([(t, 1.0) for t in default_analyzer().analyze(text)])
     body = Q.hybrid_query(terms, bm25.fields, vector.tolist(), DEPTH, None, bm25.mode, bm25.tie_breaker,
                            get_settings().opensearch_ef_search)
@@ -206,7 +206,7 @@ def bench_fusion(engine: OpenSearchEngine, queries: Sequence[Query], qrels: Qrel
     cached = CachedEncoder(enc)
     texts = [q.text for q in queries]
     for text in texts:  # embedded one at a time, as in the latency section
-        cached.encode([text])
+        cached.encode([text], query=True)
     weighted = adhoc_profile(["bm25", "dense"], "weighted", DEPTH)
     cfg = WeightedConfig(**weighted.fuser_config)
     fuser = WeightedFuser(cfg)
