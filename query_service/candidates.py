@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +52,8 @@ class Candidates:
     `citation`: citation-expansion scores in [0, 1] by id (absent: 0). `symbolic`: symbolic
     closure weights in [0, 1] by id, and `via`: the chain of facts that reached each. `seeds`: the ids
     expansion started from. `infos`: DocInfo fetched so far, shared by the stages (one engine
-    request per stage at most, for the ids not fetched before), and `pending`: DocInfo requests
-    under way (`prefetch`). `cosines`: raw query cosines the stages have learnt (semantic floor,
-    reranker), so none is asked for twice."""
+    request per stage at most, for the ids not fetched before). `cosines`: raw query cosines the
+    stages have learnt (semantic floor, reranker), so none is asked for twice."""
 
     items: list[Candidate]
     lists: dict[str, RankedList]
@@ -65,7 +63,6 @@ class Candidates:
     seeds: list[str] = field(default_factory=list)
     infos: dict[str, DocInfo] = field(default_factory=dict)
     cosines: dict[str, float] = field(default_factory=dict)
-    pending: list[Future[dict[str, DocInfo]]] = field(default_factory=list)
 
     @classmethod
     def of(cls, ids: Iterable[str], scores: Iterable[float], contributions: Iterable[dict[str, float]],
@@ -96,20 +93,11 @@ class Candidates:
     def replace(self, items: list[Candidate], **changes: Any) -> Candidates:
         """These items instead, with everything else carried over (or changed)."""
         kept = {"lists": self.lists, "citation": self.citation, "symbolic": self.symbolic, "via": self.via,
-                "seeds": self.seeds, "infos": self.infos, "cosines": self.cosines, "pending": self.pending}
+                "seeds": self.seeds, "infos": self.infos, "cosines": self.cosines}
         return Candidates(items, **{**kept, **changes})
-
-    def prefetch(self, engine: Reader, pool: Executor) -> None:
-        """Start fetching every candidate's DocInfo in `pool`, so that a stage's other engine
-        requests (citation neighbours, cosines) overlap it; `doc_info` waits for it."""
-        missing = [i for i in self.ids if i not in self.infos]
-        if missing:
-            self.pending.append(pool.submit(engine.doc_info, missing))
 
     def doc_info(self, engine: Reader, ids: Sequence[str] | None = None) -> dict[str, DocInfo]:
         """DocInfo of `ids` (default: every candidate), fetching only what is not known yet."""
-        while self.pending:
-            self.infos.update(self.pending.pop().result())
         missing = [i for i in (self.ids if ids is None else ids) if i not in self.infos]
         if missing:
             self.infos.update(engine.doc_info(missing))

@@ -46,14 +46,12 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     if not has_graph or not cands.items:
         diag["skipped"] = "the engine has no citation graph" if cands.items else "no candidates"
         return cands, diag
+    # the candidates' DocInfo serves the reranker and diversity as well: a cost of the search, not
+    # of this stage's budget (on OpenSearch it is most of the stage's time)
+    infos = cands.doc_info(engine)
     t0 = time.perf_counter()
     strength = cands.strongest(config.seeds, config.seed_ratio)
     neighbors = engine.neighbors(list(strength))
-    # the candidates' DocInfo (fetched meanwhile, when prefetched) serves the reranker and diversity
-    # as well: a cost of the search, not of this stage's budget
-    waited = time.perf_counter()
-    infos = cands.doc_info(engine)
-    t0 += time.perf_counter() - waited
     reached: dict[str, float] = {}  # work id -> summed seed strength
     for seed, nb in neighbors.items():
         works = {w for d in directions for w in getattr(nb, d)[:config.fan_out]}

@@ -141,8 +141,8 @@ class MathReranker:
         diag: dict[str, Any] = {"intent": intent, "weights": weights}
         if recency is not None:
             diag["recency"] = recency
-        cosines = self._cosines(query, cands, engine)  # asked while prefetched DocInfo may still be under way
         infos = cands.doc_info(engine)
+        cosines = self._cosines(query, cands, engine)
         comps = {c: self._component(c, query, cands, engine, infos, cosines) for c in COMPONENTS if weights[c] > 0}
         if past_budget(t0, cfg.budget_ms, diag, "the fused order stands"):
             return cands, diag

@@ -239,8 +239,6 @@ class Searcher:
             cands = cands.keep(prune(cands.scores, ceiling=ceiling, min_score=prof.min_score, gap=prof.gap))
             stages["prune"] = {"ms": _ms(t), "hits": len(cands), "min_score": prof.min_score, "gap": prof.gap}
         fused_count = len(cands)
-        if prof.citation is not None or prof.reranker is not None or prof.diversity is not None:
-            cands.prefetch(engine, self._executor())  # every one of them reads the candidates' DocInfo
         if prof.citation is not None and cands.items:
             t = time.perf_counter()
             cands, info = expand_citations(cands, understood.name, engine, filters, prof.citation)
@@ -389,19 +387,14 @@ class Searcher:
                 return {name: ch.retrieve(ctx, engine, kk)}
             if any(name == "dense" for name, _, _ in chans):
                 _ = ctx.vector  # embed once, before the parallel calls
-            pool = self._executor()
-            futures = {name: pool.submit(ch.retrieve, ctx, engine, kk) for name, ch, kk in chans}
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="channel")
+            futures = {name: self._pool.submit(ch.retrieve, ctx, engine, kk) for name, ch, kk in chans}
             return {name: f.result() for name, f in futures.items()}
         except HybridSearchError:
             raise
         except (ValueError, RuntimeError) as e:
             raise QueryError(f"search failed: {e}") from e
-
-    def _executor(self) -> ThreadPoolExecutor:
-        """The threads that run channels side by side and fetch ahead of the stages."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="channel")
-        return self._pool
 
     def close(self) -> None:
         if self._pool is not None:
