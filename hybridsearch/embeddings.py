@@ -55,9 +55,9 @@ class MiniLMEncoder:
     with `precision="float32"` (HYBRIDSEARCH_EMBEDDING_PRECISION=float32 for the default encoder),
     it runs in float32.
 
-    `runtime="auto"` also runs queries (`query=True`, at most SHORT texts) on ONNX Runtime, where
-    it is installed: the float32 model is exported once to `cache` and checked against torch
-    (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about 5 ms instead of 13
+    `runtime="auto"` also runs queries (`encode(..., query=True)`, at most SHORT texts) on ONNX
+    Runtime, where it is installed: the float32 model is exported once to `cache` and checked
+    against torch (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about 5 ms instead of 13
     on a 2-core CPU, where torch's per-call overhead dominates. Documents stay on torch, which is
     faster for batches, so every stored vector comes from one runtime. The session (about 145 MB)
     is made at the first query: a process that only embeds documents (an ingest, a worker) never
@@ -83,9 +83,11 @@ class MiniLMEncoder:
                               f"got {self.precision!r}")
         if runtime not in ("auto", "torch"):
             raise ConfigError(f"embedding runtime must be auto or torch; got {runtime!r}")
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
 
     def _load(self):  # type: ignore[no-untyped-def]
+        if self._model is not None:  # no lock once loaded: a first query's export holds it a while
+            return self._model
         with self._lock:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -122,7 +124,8 @@ class MiniLMEncoder:
                progress: bool = False, query: bool = False) -> np.ndarray:
         """Encode texts (in model batches of `batch_size`, default the encoder's). Batches are
         sorted by length (inside sentence-transformers) so that padding is minimal; a progress bar
-        shows on long runs when `progress` is set."""
+        shows on long runs when `progress` is set. `query`: the texts are a query and its other
+        phrasings, run on ONNX Runtime when there is a session (the first query makes it)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
@@ -142,13 +145,18 @@ class MiniLMEncoder:
             return self._session
         with self._lock:
             if not self._decided:
-                if self._runtime == "auto" and self._model_dir is not None:
-                    if self.precision == "bfloat16":
-                        from sentence_transformers import SentenceTransformer
+                try:
+                    if self._runtime == "auto" and self._model_dir is not None:
+                        if self.precision == "bfloat16":
+                            from sentence_transformers import SentenceTransformer
 
-                        model = SentenceTransformer(str(self._model_dir), device="cpu")
-                    self._session = _onnx_session(model, self._model_dir, self._cache)
-                self._decided = True
+                            model = SentenceTransformer(str(self._model_dir), device="cpu")
+                        self._session = _onnx_session(model, self._model_dir, self._cache)
+                except Exception as e:  # noqa: BLE001 - whatever went wrong, queries still have torch
+                    log.warning("embedding: no ONNX Runtime session (%s: %s); queries run on torch",
+                                type(e).__name__, e)
+                finally:
+                    self._decided = True  # decided once: a failure is not retried at every query
         return self._session
 
     @property
@@ -192,13 +200,17 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
     key = hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{torch.__version__}|{package}|{size}".encode()
                          ).hexdigest()[:16]
     path = cache / f"{MODEL_NAME}-{key}.onnx" if cache is not None else None
-    if path is not None and path.exists():
-        session = _checked(model, str(path), f"the kept export {path}", "it is made again")
-        if session is not None:
-            with contextlib.suppress(OSError):  # another user's file: it stays as it is
-                os.utime(path)
-            return session
-        path.unlink(missing_ok=True)
+    try:
+        if path is not None and path.exists():
+            session = _checked(model, str(path), f"the kept export {path}", "it is made again")
+            if session is not None:
+                with contextlib.suppress(OSError):  # another user's file: it stays as it is
+                    os.utime(path)
+                return session
+            path.unlink(missing_ok=True)
+    except OSError as e:  # e.g. a cache directory or a damaged export of another user's
+        log.warning("embedding: cannot use the ONNX export cache %s (%s); the export is made in memory", cache, e)
+        path = None
     try:
         data = _export(model)
     except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch

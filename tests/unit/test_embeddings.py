@@ -7,11 +7,12 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hybridsearch.embeddings import MODEL_NAME, SHORT, UNUSED_DAYS, MiniLMEncoder
+from hybridsearch.embeddings import MODEL_NAME, SHORT, UNUSED_DAYS, MiniLMEncoder, _onnx_session
 from hybridsearch.errors import ConfigError
 
 LONG = " ".join(f"word{i}" for i in range(600))  # over the model's 256 tokens
@@ -105,6 +106,54 @@ def test_making_an_export_removes_those_unused_for_a_month(tmp_path) -> None:
     inode = kept.stat().st_ino
     MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)  # a use touches the kept export
     assert kept.stat().st_ino == inode and time.time() - kept.stat().st_mtime < 3600
+
+
+def test_an_unusable_cache_leaves_the_export_in_memory(tmp_path, caplog, monkeypatch, torch_only) -> None:
+    cache = tmp_path / "cache"
+    real_exists = Path.exists
+
+    def denied(self: Path) -> bool:  # a cache directory another user owns (root passes every check)
+        if self.parent == cache:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", denied)
+    with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
+        enc = MiniLMEncoder(cache=cache)
+        got = enc.encode(TEXTS[:2], query=True)
+    assert f"cannot use the ONNX export cache {cache}" in caplog.text and "made in memory" in caplog.text
+    assert enc.query_runtime == "onnxruntime" and not real_exists(cache)  # nothing written there
+    assert (got * torch_only.encode(TEXTS[:2])).sum(axis=1).min() > 0.9999
+
+
+def test_a_damaged_export_that_cannot_be_removed_does_not_stop_queries(tmp_path, caplog, monkeypatch) -> None:
+    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
+    (kept,) = tmp_path.iterdir()
+    kept.write_bytes(b"not an onnx model")
+
+    def denied(self: Path, missing_ok: bool = False) -> None:  # another user's file in a shared cache
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", denied)
+    with caplog.at_level(logging.WARNING, logger="hybridsearch.embeddings"):
+        enc = MiniLMEncoder(cache=tmp_path)
+        enc.encode(["x"], query=True)
+        enc.encode(["y"], query=True)
+    assert enc.query_runtime == "onnxruntime" and caplog.text.count("cannot use the ONNX export cache") == 1
+
+
+def test_the_export_is_shared_by_environments_with_the_same_model(tmp_path) -> None:
+    enc = MiniLMEncoder(cache=tmp_path / "cache")
+    enc.encode(["x"], query=True)
+    (kept,) = (tmp_path / "cache").iterdir()
+    inode = kept.stat().st_ino
+    weights = Path(enc._model_dir) / "model.safetensors"  # another virtualenv: the same file, another mtime
+    other = tmp_path / "other-env"
+    other.mkdir()
+    with (other / "model.safetensors").open("wb") as f:
+        f.truncate(weights.stat().st_size)
+    assert _onnx_session(enc._load(), other, tmp_path / "cache") is not None
+    assert [p.stat().st_ino for p in (tmp_path / "cache").iterdir()] == [inode]  # used, not made again
 
 
 def test_runtime_is_validated() -> None:
