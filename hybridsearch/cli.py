@@ -416,7 +416,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from query_service.querylog import open_query_log
-    from query_service.searcher import Searcher
+    from query_service.searcher import Searcher, check_k
 
     engine = _open(args)
     try:
@@ -426,7 +426,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise
     try:
         profile, overrides = _profile_for(args), _parse_sets(args.set)
-        loaded = _load_encoder(profile.with_overrides(overrides) if overrides else profile)
+        loaded = None
+        if args.query.strip() and (args.k is None or check_k(args.k)):  # a bad request fails before the load
+            loaded = _load_encoder(profile.with_overrides(overrides) if overrides else profile)
         result = searcher.search(args.query, profile, k=args.k, with_documents=True,
                                  overrides=overrides, filters=_filters(args), intent=args.intent)
         if args.json:
@@ -446,12 +448,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _load_encoder(profile: Any) -> float | None:
-    """Load the embedding model when the profile's dense channel will embed the query, so that
-    the search's own time (printed and logged) is not the model's loading; its seconds, or None."""
+    """Load the embedding model when a search with the profile will embed its query, so that the
+    search's own time (printed and logged) is not the model's loading; its seconds, or None."""
     from hybridsearch.embeddings import default_encoder
-    from query_service.evaluate import uses_channel
 
-    if not uses_channel(profile, "dense"):
+    if not profile.embeds_query():
         return None
     t = time.perf_counter()
     default_encoder().encode(["warm up"], query=True)

@@ -95,10 +95,6 @@ def eval_index_name(dataset: Path) -> str:
     return f"eval-{name.strip('-_') or 'dataset'}"
 
 
-def uses_channel(profile: Profile, channel: str) -> bool:
-    return channel in profile.channels or (profile.escalation is not None and profile.escalation.channel == channel)
-
-
 def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, encoder: Encoder | None,
                   need_codes: bool = False, progress: bool = True, log: Callable[[str], None] = print,
                   engine_options: Mapping[str, str] | None = None) -> Engine:
@@ -109,8 +105,10 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
     engine = open_engine(str(target), **(engine_options or {}))
     try:
         fp = corpus_fingerprint(dataset)
-        if engine.get_meta("corpus") == _path_fingerprint(dataset):
-            engine.set_meta("corpus", fp)  # built before content digests, from this very file
+        old = _path_fingerprint(dataset)
+        for key in ("corpus", "corpus_building"):  # written before content digests, of this very file
+            if engine.get_meta(key) == old:
+                engine.set_meta(key, fp)
         if engine.get_meta("corpus") != fp:
             # an interrupted build of this corpus (marked before it began) is resumed: ingest is
             # idempotent; anything else in the index is another corpus
@@ -146,8 +144,8 @@ def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, spl
     queries = [q for q in load_queries(dataset) if q.id in qrels]
     if not queries:
         raise ValidationError(f"no queries of split {split!r} found", source=str(dataset))
-    need_vectors = any(uses_channel(s.profile, "dense") for s in specs)
-    need_codes = any(uses_channel(s.profile, "hdc") for s in specs)
+    need_vectors = any(s.profile.embeds_query() for s in specs)
+    need_codes = any(s.profile.uses_channel("hdc") for s in specs)
     engine = prepare_index(dataset, target, need_vectors=need_vectors, encoder=encoder,
                            need_codes=need_codes, progress=progress, log=log, engine_options=engine_options)
     enc = encoder or (default_encoder() if need_vectors else None)

@@ -93,6 +93,17 @@ class Profile(BaseModel):
             raise ValueError(f"unknown expansion {v!r}; valid: {', '.join(EXPANSIONS)}")
         return v
 
+    def uses_channel(self, channel: str) -> bool:
+        """Whether the channel runs, among the profile's channels or as its escalation."""
+        return channel in self.channels or (self.escalation is not None and self.escalation.channel == channel)
+
+    def embeds_query(self) -> bool:
+        """Whether a search embeds its query: a dense channel, the tfidf-multisignal channel (its
+        cosine rerank), a semantic rule, or a reranker (the built-in `math` weighs the query's
+        cosine for every intent)."""
+        return (self.uses_channel("dense") or self.uses_channel("tfidf-multisignal") or self.reranker is not None
+                or any(x is not None for x in (self.semantic_floor, self.domain_check, self.min_semantic)))
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
         """A copy with request-time overrides: `max_results`, `min_score`, `gap`, `<channel>.k`,
         `<channel>.<param>` (the channel plugin's Config), `fuser.<param>` (the fuser's Config),

@@ -31,6 +31,18 @@ def test_overrides_apply_and_are_validated() -> None:
         get_profile("kb-balanced").with_overrides({"dense.k": 5})
 
 
+@pytest.mark.parametrize(("name", "overrides", "embeds"), [
+    ("lexical", {}, False),
+    ("kb-balanced", {}, False),  # bm25 and hdc: codes from text
+    ("lexical", {"min_semantic": 0.3}, True),  # a semantic rule needs the query's cosine
+    ("semantic", {}, True),
+    ("hybrid", {}, True),
+    ("kb-thinkingdb", {}, True),  # no dense channel, but its math reranker weighs the cosine
+])
+def test_which_profiles_embed_the_query(name, overrides, embeds) -> None:
+    assert get_profile(name).with_overrides(overrides).embeds_query() is embeds
+
+
 def test_yaml_profile(tmp_path) -> None:
     f = tmp_path / "mine.yaml"
     f.write_text("name: mine\nchannels:\n  bm25: {k: 50, config: {mode: best_fields}}\n  hdc: {k: 50}\n"
