@@ -65,7 +65,7 @@ def main() -> None:
     fig["index_docs_per_s"] = n / summary.seconds
     engine.store.set_meta("corpus", corpus_fingerprint(ds))
     enc = default_encoder()
-    enc.encode(["warm up"])
+    enc.encode(["warm up"], query=True)  # loads the model and makes the query session before anything is timed
     t = time.perf_counter()
     embed_missing(engine, enc, progress=True)
     fig["embed_docs_per_s"] = n / (time.perf_counter() - t)

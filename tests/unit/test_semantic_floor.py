@@ -41,7 +41,7 @@ def test_min_semantic_drops_low_cosine_candidates(demo_copy, encoder) -> None:
         prof = get_profile("lexical").with_overrides({"min_semantic": 0.5})
         res = s.search("compact space", prof, k=50)
         assert res.hits
-        cos = e.vector_score(encoder.encode(["compact space"])[0], [h.id for h in res.hits])
+        cos = e.vector_score(encoder.encode(["compact space"], query=True)[0], [h.id for h in res.hits])
         assert min(cos.values()) >= 0.5
         plain = s.search("compact space", "lexical", k=50)
         assert len(plain.hits) > len(res.hits)
