@@ -61,7 +61,7 @@ class CachedEncoder:
     """Query embeddings computed once, so that the fusion comparison leaves embedding out of both
     sides; `misses` counts texts it had to embed (0 during a timed pass)."""
 
-    def __init__(self, inner: Encoder) -> None:
+    def __init__(self, inner: Encoder) -> None:  # keyed by text alone: every text here is a query
         self.inner, self.name, self.dim = inner, inner.name, inner.dim
         self.cache: dict[str, np.ndarray] = {}
         self.misses = 0

@@ -91,16 +91,17 @@ def test_a_bfloat16_model_exports_float32_weights(tmp_path, torch_only) -> None:
 
 def test_making_an_export_removes_those_unused_for_a_month(tmp_path) -> None:
     month = time.time() - (UNUSED_DAYS + 1) * 86400
-    old, recent, unfinished, other = (tmp_path / f"{MODEL_NAME}-{n}" for n in
-                                      ("old.onnx", "recent.onnx", "x.onnxab12.tmp", "notes.txt"))
-    for p in (old, recent, unfinished, other):
+    old, recent, unfinished, other, writing = (tmp_path / f"{MODEL_NAME}-{n}" for n in (
+        "old.onnx", "recent.onnx", "x.onnxab12.tmp", "notes.txt", "y.onnxcd34.tmp"))
+    for p in (old, recent, unfinished, other, writing):
         p.write_bytes(b"x")
     for p in (old, unfinished, other):
         os.utime(p, (month, month))
     MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
-    made = {p for p in tmp_path.iterdir() if p not in (recent, other)}
+    made = {p for p in tmp_path.iterdir() if p not in (recent, other, writing)}
     assert len(made) == 1 and made.pop().suffix == ".onnx"  # old and unfinished are gone
     assert recent.exists() and other.exists()  # recent exports (another torch) and other files stay
+    assert writing.exists()  # an export another process is writing now
     (kept,) = set(tmp_path.glob("*.onnx")) - {recent}
     os.utime(kept, (month, month))
     inode = kept.stat().st_ino

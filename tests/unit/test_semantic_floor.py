@@ -45,4 +45,5 @@ def test_min_semantic_drops_low_cosine_candidates(demo_copy, encoder) -> None:
         assert min(cos.values()) >= 0.5
         plain = s.search("compact space", "lexical", k=50)
         assert len(plain.hits) > len(res.hits)
+        assert res.diagnostics["embed_ms"] > 0 and "embed_ms" not in plain.diagnostics  # lexical embeds nothing
         s.close()
