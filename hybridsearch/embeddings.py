@@ -57,11 +57,11 @@ class MiniLMEncoder:
 
     `runtime="auto"` also runs queries (`encode(..., query=True)`, at most SHORT texts) on ONNX
     Runtime, where it is installed: the float32 model is exported once to `cache` and checked
-    against torch (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about 5 ms instead of 13
-    on a 2-core CPU, where torch's per-call overhead dominates. Documents stay on torch, which is
-    faster for batches, so every stored vector comes from one runtime. The session (about 145 MB)
-    is made at the first query: a process that only embeds documents (an ingest, a worker) never
-    holds one.
+    against torch (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about
+    5 ms instead of 13 on a 2-core CPU, where torch's per-call overhead dominates. Documents stay
+    on torch, which is faster for batches, so every stored vector comes from one runtime. The
+    session (about 145 MB) is made at the first query: a process that only embeds documents (an
+    ingest, a worker) never holds one.
     """
 
     name = MODEL_NAME
