@@ -245,6 +245,11 @@ def test_doc_info_is_the_documents_own(engine) -> None:
     assert infos == {i: DocInfo.of(d) for i, d in engine.get(["a", "b", "c", "long"]).items()}
     assert infos["long"].authors == ("A", "Z") and infos["long"].subjects == ("analysis", "topology")
     assert len(infos["long"].title) > 4096 and infos["c"].subjects == ("analysis", "operator algebras")
+    if hasattr(engine, "client"):  # OpenSearch: an id that does not exist costs one request, not two
+        sent = []
+        search = engine._search
+        engine._search = lambda body, what, **kw: sent.append(what) or search(body, what, **kw)
+        assert engine.doc_info(["missing"]) == {} and sent == ["doc info"]
 
 
 def test_citation_graph(engine) -> None:
