@@ -104,15 +104,16 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
         raise ValidationError("not a BEIR dataset (no corpus.jsonl)", source=str(dataset))
     engine = open_engine(str(target), **(engine_options or {}))
     try:
-        fp = corpus_fingerprint(dataset)
-        old = _path_fingerprint(dataset)
-        for key in ("corpus", "corpus_building"):  # written before content digests, of this very file
-            if engine.get_meta(key) == old:
+        fp, old = corpus_fingerprint(dataset), _path_fingerprint(dataset)
+        held = {key: engine.get_meta(key) for key in ("corpus", "corpus_building")}
+        for key, value in held.items():
+            if value == old:  # written before content digests, of this very file
                 engine.set_meta(key, fp)
-        if engine.get_meta("corpus") != fp:
+                held[key] = fp
+        if held["corpus"] != fp:
             # an interrupted build of this corpus (marked before it began) is resumed: ingest is
             # idempotent; anything else in the index is another corpus
-            if engine.count() and engine.get_meta("corpus_building") != fp:
+            if engine.count() and held["corpus_building"] != fp:
                 raise ValidationError("the index holds another corpus; choose another index",
                                       source=str(target))
             engine.set_meta("corpus_building", fp)
