@@ -425,12 +425,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         engine.close()
         raise
     try:
-        profile, overrides = _profile_for(args), _parse_sets(args.set)
+        profile = _profile_for(args).with_overrides(_parse_sets(args.set))
         loaded = None
         if args.query.strip() and (args.k is None or check_k(args.k)):  # a bad request fails before the load
-            loaded = _load_encoder(profile.with_overrides(overrides) if overrides else profile)
-        result = searcher.search(args.query, profile, k=args.k, with_documents=True,
-                                 overrides=overrides, filters=_filters(args), intent=args.intent)
+            loaded = _load_encoder(profile)
+        result = searcher.search(args.query, profile, k=args.k, with_documents=True, filters=_filters(args),
+                                 intent=args.intent)
         if args.json:
             print(result.model_dump_json(indent=2), flush=True)
         else:
