@@ -99,11 +99,12 @@ class MultiEngine:
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("vectors", ids)
 
-    def vector_sample(self, n: int) -> np.ndarray:
-        """Each knowledge base's share of the sample in proportion to its chunks, n rows at most."""
+    def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
+        """Each knowledge base's share of the sample in proportion to its chunks (all of them,
+        whatever the filters), n rows at most."""
         counts = {kb: e.count() for kb, e in self.engines.items()}
         total = sum(counts.values()) or 1
-        parts = [e.vector_sample(n * counts[kb] // total) for kb, e in self.engines.items()
+        parts = [e.vector_sample(n * counts[kb] // total, filters) for kb, e in self.engines.items()
                  if n * counts[kb] // total > 0]
         return np.vstack(parts)[:n] if parts else np.zeros((0, 0), dtype=np.float32)
 

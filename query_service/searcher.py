@@ -34,18 +34,20 @@ from query_service.stages import alias_variants, keyword_variant
 from query_service.symbolic import expand as expand_symbolic
 
 DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
+DOMAIN_RESAMPLE_S = 30.0  # a sample short of the index is taken again at most this often
 
 
 class _Domain(NamedTuple):
     """An index's place in vector space as the domain check last measured it: its chunks then,
-    the vectors sampled of those asked, the centroid of the sample (None: too few vectors) and
-    the lowest cosine of a sampled vector with it (the edge)."""
+    the vectors sampled of those asked, the centroid of the sample (None: too few vectors), the
+    lowest cosine of a sampled vector with it (the edge), and when (time.monotonic)."""
 
     chunks: int
     sampled: int
     asked: int
     centroid: np.ndarray | None
     edge: float
+    at: float
 
 
 def _voicevault_variants(query: str) -> list[str]:
@@ -119,7 +121,7 @@ class Searcher:
         self._log_fields = engine_fields(self.engine)
         self._plugins: dict[tuple[str, str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
-        self._domains: dict[Any, _Domain] = {}  # by index (a MultiEngine: by its bases)
+        self._domains: dict[Any, _Domain] = {}  # by index (a MultiEngine: by its bases) and licences
         self._domain_lock = threading.Lock()
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
@@ -327,7 +329,7 @@ class Searcher:
             shown = "no candidate has a vector" if best == float("-inf") else f"best cosine {best:.3f}"
             reason = f"out of domain: no candidate reaches the semantic floor {prof.semantic_floor} ({shown})"
         elif prof.domain_check is not None and cos and best < prof.domain_check:
-            outside = self._outside(engine, ctx.vector)
+            outside = self._outside(engine, ctx.vector, ctx.filters)
             if outside is not None:
                 reason = (f"out of domain: best cosine {best:.3f} is below {prof.domain_check} and the query "
                           f"lies farther from the index's centroid than any of its documents ({outside})")
@@ -347,24 +349,30 @@ class Searcher:
                      for c, rl in lists.items()}
         return lists, None, cos
 
-    def _outside(self, engine: Any, vec: Any) -> str | None:
+    def _outside(self, engine: Any, vec: Any, filters: Filters | None) -> str | None:
         """Why the query vector lies outside the index (cosine with the centroid of its vectors
         below that of every sampled document), or None; None too for an index of fewer than
-        DOMAIN_MIN_VECTORS vectors, too few to place a centroid. The centroid and that edge come
-        from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, computed again once the index has grown or
-        shrunk by a tenth, and at every check while the sample falls short of the index (vectors
-        still being embedded)."""
+        DOMAIN_MIN_VECTORS vectors, too few to place a centroid. Only the documents of the licences
+        the search may see count (the caller's rights, narrowed by a licence filter), so a
+        document the caller may not see never decides whether a query is in the domain. The
+        centroid and that edge come from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, computed
+        again once the index has grown or shrunk by a tenth, and every DOMAIN_RESAMPLE_S seconds
+        while the sample falls short of the index (vectors still being embedded, or documents the
+        search may not see)."""
         samples = isinstance(engine, VectorSampling)  # checked apart: `engine` stays a whole Reader
         if not samples:
             return None
         count = int(engine.count())
-        key = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
+        licences = tuple(sorted(filters.license)) if filters is not None and filters.license else None
+        index = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
+        key = (index, licences)
         with self._domain_lock:
             known = self._domains.get(key)
+            now = time.monotonic()
             if (known is None or abs(count - known.chunks) * 10 > known.chunks
-                    or known.sampled < min(count, known.asked)):
+                    or (known.sampled < min(count, known.asked) and now - known.at >= DOMAIN_RESAMPLE_S)):
                 n = get_settings().domain_sample
-                sample = engine.vector_sample(n)
+                sample = engine.vector_sample(n, None if licences is None else Filters(license=list(licences)))
                 centroid, edge = None, 0.0
                 if len(sample) >= DOMAIN_MIN_VECTORS:
                     mean = sample.mean(axis=0)
@@ -372,7 +380,7 @@ class Searcher:
                     if norm > 0:
                         centroid = mean / norm
                         edge = float((sample @ centroid).min())
-                known = self._domains[key] = _Domain(count, len(sample), n, centroid, edge)
+                known = self._domains[key] = _Domain(count, len(sample), n, centroid, edge, now)
         if known.centroid is None:
             return None
         at = float(np.asarray(vec) @ known.centroid)

@@ -216,9 +216,10 @@ class VectorSearch(Protocol):
 
 @runtime_checkable
 class VectorSampling(Protocol):
-    def vector_sample(self, n: int) -> np.ndarray:
+    def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
         """Up to n stored vectors (all of them when there are no more), as rows: the same
-        pseudo-random sample for the same index contents. Chunks without a vector are not in it."""
+        pseudo-random sample for the same index contents. Chunks without a vector, and chunks the
+        filters exclude (the domain check passes the caller's licence filter), are not in it."""
         ...
 
 

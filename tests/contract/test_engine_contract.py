@@ -209,6 +209,10 @@ def test_vector_sample_is_a_fixed_subset_of_the_stored_vectors(engine) -> None:
     two = engine.vector_sample(2)
     assert two.shape == (2, VECS.shape[1]) and np.array_equal(two, engine.vector_sample(2))
     assert all(any(np.allclose(row, v, atol=1e-5) for v in VECS) for row in two)
+    # only chunks passing the filters (the domain check's licence filter): a and c are CC-BY-4.0
+    licensed = engine.vector_sample(10, Filters(license=["cc-by-4.0"]))
+    assert sorted(map(tuple, np.round(licensed, 5))) == sorted(map(tuple, np.round(VECS[[0, 2]], 5)))
+    assert engine.vector_sample(10, Filters(license=["none-such"])).shape[0] == 0
     engine.delete(["a", "b", "c"])
     assert engine.vector_sample(5).shape[0] == 0 and engine.count() == 1
 

@@ -69,6 +69,9 @@ def test_vector_sample_is_a_seeded_random_order_over_chunks_with_the_field() -> 
     assert Q.sample_query("dense", 500) == {"size": 500, "_source": ["dense"], "query": {"function_score": {
         "query": {"bool": {"filter": [{"exists": {"field": "dense"}}]}},
         "random_score": {"seed": 0, "field": "_seq_no"}, "boost_mode": "replace"}}}
+    licensed = Q.sample_query("dense", 5, Filters(license=["CC-BY-4.0"]))["query"]["function_score"]["query"]
+    assert licensed == {"bool": {"filter": [{"exists": {"field": "dense"}}, *Q.filter_clauses(Filters(
+        license=["CC-BY-4.0"]))]}}
 
 
 def test_statistics_and_the_peer_hybrid_query() -> None:

@@ -196,6 +196,44 @@ def test_restricted_never_reaches_a_snippet(restricted) -> None:
     assert secret in " ".join(item.text for item in full.evidence.items)
 
 
+# restricted documents of everyday life, far from the corpus's mathematics
+EVERYDAY = [
+    ("Engagement ring sizes", "Ring sizes for engagement rings run from 3 to 13; a jeweller measures the finger."),
+    ("Resizing a wedding ring", "A jeweller can resize a gold wedding band by one or two sizes."),
+    ("Choosing a diamond", "Cut, colour, clarity and carat decide the price of a diamond ring."),
+    ("Sourdough bread", "Feed the starter, mix flour and water, fold the dough and bake it in a hot oven."),
+    ("Tomato soup", "Simmer tomatoes with onion and garlic, blend, and season with salt and basil."),
+    ("Pruning roses", "Prune roses in late winter, cutting above an outward-facing bud."),
+    ("Watering a lawn", "Water the lawn deeply twice a week in the early morning."),
+    ("Football offside rule", "A player is offside when nearer the goal line than the ball and the last defender."),
+    ("Marathon training", "Build weekly mileage slowly and taper for three weeks before the race."),
+    ("Cleaning an oven", "Spread baking soda paste inside the oven, leave it overnight and wipe it off."),
+    ("Packing for a holiday", "Roll clothes, pack a charger and keep passports in hand luggage."),
+    ("Houseplants in winter", "Move houseplants away from radiators and water them less in winter."),
+]
+
+
+def test_restricted_never_decides_the_domain(demo_copy, encoder) -> None:
+    """The domain check judges a query against the documents the caller may see: restricted ones
+    elsewhere in vector space neither widen an open caller's domain nor leak that they exist."""
+    from hybridsearch.models import Document
+    from indexer.pipeline import embed_missing
+
+    query = "ring sizes for engagement rings"
+    with EmbeddedEngine(demo_copy) as engine:
+        engine.write([Document(id=f"life-{i}", title=t, text=x, license="proprietary")
+                      for i, (t, x) in enumerate(EVERYDAY)])
+        embed_missing(engine, encoder, progress=False)
+        s = Searcher(engine, encoder=encoder)
+        res = s.search(query, "hybrid", rights={"open"})
+        assert not res.hits and "centroid" in res.diagnostics["reason"], res.diagnostics.get("reason")
+        full = s.search(query, "hybrid", rights={"open", "restricted"})
+        assert full.hits and full.hits[0].id == "life-0"
+        again = s.search(query, "hybrid", rights={"open"})  # each licence set keeps its own domain
+        assert not again.hits and again.diagnostics["reason"] == res.diagnostics["reason"]
+        s.close()
+
+
 def test_ablation_rows_and_what_citation_buys(demo_copy, encoder) -> None:
     from query_service.evaluate import ablation_specs, run_eval
     from tests.conftest import DEMO

@@ -146,10 +146,10 @@ class DenseIndex:
                 out.append(1.0 - s / self.dim if self.binary else float(s))
             return labels, out
 
-    def sample(self, n: int) -> np.ndarray:
-        """Up to n live vectors, chosen by a fixed seed, as rows."""
+    def sample(self, n: int, allowed: set[int] | None = None) -> np.ndarray:
+        """Up to n live vectors, chosen by a fixed seed, as rows; only of `allowed` labels when given."""
         with self._lock:
-            vids = sorted(self._vid_of.values())
+            vids = sorted(v for lb, v in self._vid_of.items() if allowed is None or lb in allowed)
             if len(vids) > n:
                 vids = sorted(np.random.default_rng(0).choice(vids, n, replace=False).tolist())
             if not vids:

@@ -329,9 +329,10 @@ class EmbeddedEngine:
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
 
-    def vector_sample(self, n: int) -> np.ndarray:
+    def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
         self.refresh()
-        return self.dense_index.sample(n)
+        allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
+        return self.dense_index.sample(n, allowed)
 
     def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
         return self.store.work_chunks(work_ids, filters)

@@ -633,8 +633,8 @@ class OpenSearchEngine:
         return {i: np.asarray(s["dense"], dtype=np.float32) for i, s in self._sources(ids, ["dense"]).items()
                 if s.get("dense") is not None}
 
-    def vector_sample(self, n: int) -> np.ndarray:
-        hits = self._search(Q.sample_query("dense", n), "vector sample")["hits"]["hits"]
+    def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
+        hits = self._search(Q.sample_query("dense", n, filters), "vector sample")["hits"]["hits"]
         rows = [h["_source"]["dense"] for h in hits if h.get("_source", {}).get("dense") is not None]
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), self.dim)
 

@@ -195,11 +195,11 @@ def exact_score_query(field: str, space_type: str, query_value: Sequence[float] 
                    "params": {"field": field, "query_value": list(query_value), "space_type": space_type}}}}}
 
 
-def sample_query(field: str, n: int) -> dict[str, Any]:
-    """Up to n chunks that have `field`, in a pseudo-random order fixed by a seed over `_seq_no`
-    (function_score random_score), with only that field's source."""
+def sample_query(field: str, n: int, filters: Filters | None = None) -> dict[str, Any]:
+    """Up to n chunks that have `field` and pass the filters, in a pseudo-random order fixed by a
+    seed over `_seq_no` (function_score random_score), with only that field's source."""
     return {"size": n, "_source": [field], "query": {"function_score": {
-        "query": {"bool": {"filter": [{"exists": {"field": field}}]}},
+        "query": {"bool": {"filter": [{"exists": {"field": field}}, *filter_clauses(filters)]}},
         "random_score": {"seed": 0, "field": "_seq_no"}, "boost_mode": "replace"}}}
 
 
