@@ -241,8 +241,8 @@ def test_vectors_and_codes_follow_the_text(engine) -> None:
 
 
 def test_doc_info_is_the_documents_own(engine) -> None:
-    """However the engine reads it (OpenSearch: doc values, and `_source` for a title longer than
-    its keyword copy holds), DocInfo is what the stored document gives; authors and subjects as sets."""
+    """However the engine reads it (OpenSearch: doc values, the title from its binary copy, however
+    long), DocInfo is what the stored document gives; authors and subjects as sets."""
     engine.write([Document(id="long", title="Compact " * 700, text="x", authors=["Z", "A", "Z"],
                            subjects=["topology", "analysis"], year=1901)])
     infos = engine.doc_info(["a", "b", "c", "long", "missing"])

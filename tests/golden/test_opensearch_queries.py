@@ -117,6 +117,11 @@ def test_the_indexed_form_of_a_chunk() -> None:
     assert (src["ym"], src["published"], src["hdc_encoded"]) == (189503, "1895-03", True)
     assert src["hdc_topic"].tolist() == [0] * 512 and "dense" not in src and "hdc_claim" not in src
     assert Q.from_source(src) == doc
+    # the title's binary doc value, its UTF-8 bytes in base64 (what the reindex script writes too),
+    # served without padding
+    assert src["title_bin"] == "SGVpbmUtQm9yZWw=" and Q.title_bin("Ä") == "w4Q="
+    info = Q.info_from_docvalues({"id": ["x"], "title_bin": ["w4Q"], "year": [1895]})
+    assert info is not None and (info.title, info.work_id, info.year) == ("Ä", "x", 1895)
 
 
 def test_templates_name_the_configured_knn_engine() -> None:

@@ -245,22 +245,37 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
     admin.create(name)
     status = admin.status(name)
     assert not status["warnings"]
-    # the same version as a cluster made it before the title had its keyword copy
+    # the same version as a cluster made it before the title had its keyword and binary copies
     v1 = f"{name}-v1"
     mapping = admin.client.indices.get_mapping(index=v1)[v1]["mappings"]
     aliases = admin.client.indices.get_alias(index=v1)[v1]["aliases"]
-    del mapping["properties"]["title"]["fields"]
+    del mapping["properties"]["title"]["fields"], mapping["properties"]["title_bin"]
     admin.client.indices.delete(index=v1)
     admin.client.indices.delete_index_template(name=f"hybridsearch-{name}")
     settings = Q.chunks_template(status["knn_engine"])["template"]["settings"]
     admin.client.indices.create(index=v1, body={"settings": settings, "mappings": mapping, "aliases": aliases})
+    # a chunk as that cluster wrote it
+    admin.client.index(index=v1, id="old", body={"id": "old", "work_id": "old", "title": "Ancient title"},
+                       params={"refresh": "true"})
     (warning,) = admin.status(name)["warnings"]
-    assert warning.startswith(f"the live version {v1} was made from older templates and lacks title.raw (so the "
-                              "reranker and diversity read DocInfo from _source"), warning
+    assert warning.startswith(f"the live version {v1} was made from older templates and lacks title.raw, title_bin "
+                              "(so the reranker and diversity read DocInfo from _source"), warning
     assert warning.endswith(f"`hybridsearch indices reindex {name}` moves it onto the current ones")
+    engine = admin.engine(name)
+    assert engine.doc_info(["old"])["old"].title == "Ancient title"  # from _source
+    # the strict older mapping gets the new fields at the first write
+    engine.write([Document(id="new", title="Fresh title", text="x")])
+    assert engine.doc_info(["new"])["new"].title == "Fresh title"
     admin.apply_templates([name])
     admin.reindex(name)
     assert not admin.status(name)["warnings"]
+    # the copy filled title_bin: both chunks' DocInfo in one doc-values request
+    sent = []
+    search = engine._search
+    engine._search = lambda body, what, **kw: sent.append(body.get("docvalue_fields")) or search(body, what, **kw)
+    got = engine.doc_info(["old", "new"])
+    assert {i: info.title for i, info in got.items()} == {"old": "Ancient title", "new": "Fresh title"}
+    assert len(sent) == 1 and "title_bin" in sent[0], sent
 
 
 def test_indices_and_snapshot_commands(opensearch_url, name) -> None:

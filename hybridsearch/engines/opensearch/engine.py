@@ -178,6 +178,11 @@ class OpenSearchEngine:
         with self._lock, self._errors("create index"):
             if self.client.indices.exists_alias(name=self.index):
                 self._check_lexicon()
+                # an index made before these fields existed gets them here (its mapping is strict)
+                props = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]
+                with self._errors("write mapping"):
+                    self.client.indices.put_mapping(index=self.write_alias, body={"properties": {
+                        f: props[f] for f in Q.ADDED_FIELDS}})
                 self._ready = True
                 return
             if self.client.indices.exists(index=self.index):
@@ -443,11 +448,16 @@ class OpenSearchEngine:
         return {i: Q.from_source(src) for i, src in self._sources(ids).items()}
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
-        """From doc values; a chunk without `title.raw` is read from `_source` (an id that does not
-        exist is not asked for again)."""
+        """From doc values; a chunk written before `title_bin` existed is read with `title.raw`,
+        and one without that either from `_source` (an id that does not exist is not asked for
+        again)."""
         found = self._fields(ids, Q.INFO_DOCVALUES, "doc info", docvalues=True)
         out = {i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None}
         rest = [i for i in found if i not in out]
+        if rest:
+            older = self._fields(rest, Q.INFO_DOCVALUES_RAW, "doc info", docvalues=True)
+            out.update({i: info for i, f in older.items() if (info := Q.info_from_docvalues(f)) is not None})
+            rest = [i for i in rest if i not in out]
         if rest:
             out.update({i: Q.info_from_source(s) for i, s in self._fields(rest, Q.INFO_FIELDS, "doc info").items()})
         return out
@@ -713,9 +723,6 @@ class OpenSearchEngine:
         count until the soft-delete retention lets a merge drop it: BM25 scores shift slightly
         after a first build, as after any re-ingest."""
         self.ensure_index()
-        graph = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]["graph"]
-        with self._errors("write mapping"):  # indices made before the field existed get it here
-            self.client.indices.put_mapping(index=self.write_alias, body={"properties": {"graph": graph}})
         chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
         empty = Neighbors()
         self._update([i for i, _ in chunks], [_graph_source(works.get(w, empty)) for _, w in chunks])
