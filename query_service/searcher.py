@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hybridsearch import plugins
+from hybridsearch.analysis import default_analyzer
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import VectorSampling, VectorSearch
@@ -35,6 +36,7 @@ from query_service.symbolic import expand as expand_symbolic
 
 DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
 DOMAIN_RESAMPLE_S = 30.0  # a sample short of the index is taken again at most this often
+TITLE_CHECK = 10  # the top candidates of each list whose titles a query a semantic gate rejects may name
 
 
 class _Domain(NamedTuple):
@@ -217,8 +219,10 @@ class Searcher:
         cosines: dict[str, float] | None = None  # known cosines, when a semantic rule applies
         if prof.semantic_floor is not None or prof.min_semantic is not None or prof.domain_check is not None:
             t = time.perf_counter()
-            lists, reason, cosines = self._semantic_floor(prof, ctx, engine, lists)
+            lists, reason, cosines, named = self._semantic_floor(prof, ctx, engine, lists)
             stages["semantic_floor"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
+            if named is not None:
+                stages["semantic_floor"]["in_domain"] = named
             if reason is not None:
                 diag["reason"] = reason
                 _total(diag, t0, ctx)
@@ -310,13 +314,17 @@ class Searcher:
         return cands.keep(keep), dropped
 
     def _semantic_floor(self, prof: Profile, ctx: QueryContext, engine: Any, lists: dict[str, RankedList]
-                        ) -> tuple[dict[str, RankedList], str | None, dict[str, float]]:
+                        ) -> tuple[dict[str, RankedList], str | None, dict[str, float], str | None]:
         """Raw cosine of every candidate (dense scores, or `vector_score` for the others): the
         out-of-domain gates (the floor, then the domain check), then the per-candidate minimum. For
         the floor alone a non-empty dense list suffices: it holds the best cosines of the whole
-        (filtered) index, so no other candidate can score above its top. A candidate without a
-        vector is never judged by a cosine rule: it is kept whatever the floors say. Returns the
-        lists, the out-of-domain reason (or None) and the cosines it knows."""
+        (filtered) index, so no other candidate can score above its top. A query whose words, as
+        analysed, run inside the title of one of the top TITLE_CHECK candidates names something the
+        index holds ("fixed point": "Brouwer fixed point theorem"): short queries like that embed
+        far from any document, and no gate rejects them. A candidate without a vector is never
+        judged by a cosine rule: it is kept whatever the floors say. Returns the lists, the
+        out-of-domain reason (or None), the cosines it knows, and the title a rejected query names
+        (or None)."""
         cos: dict[str, float] = dict(lists["dense"].items()) if "dense" in lists else {}
         others = list(dict.fromkeys(i for rl in lists.values() for i in rl.ids if i not in cos))
         filled = False
@@ -333,21 +341,40 @@ class Searcher:
             if outside is not None:
                 reason = (f"out of domain: best cosine {best:.3f} is below {prof.domain_check} and the query "
                           f"lies farther from the index's centroid than any of its documents ({outside})")
+        named = self._named_title(ctx.text, engine, lists) if reason is not None else None
+        if named is not None:
+            reason = None
         if reason is not None:
             if others and not filled:
                 cos.update(engine.vector_score(ctx.vector, others))
             unvectored = [i for i in others if i not in cos]
             if not unvectored:
-                return {c: RankedList.of(c, [], []) for c in lists}, reason, cos
+                return {c: RankedList.of(c, [], []) for c in lists}, reason, cos, None
             keep = set(unvectored)  # what no cosine can judge stays
             kept = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if i in keep]))
                     for c, rl in lists.items()}
-            return kept, None, cos
+            return kept, None, cos, None
         if prof.min_semantic is not None:
             floor = prof.min_semantic
             lists = {c: RankedList.of(c, *unzip([(i, x) for i, x in rl.items() if cos.get(i, floor) >= floor]))
                      for c, rl in lists.items()}
-        return lists, None, cos
+        return lists, None, cos, named
+
+    @staticmethod
+    def _named_title(query: str, engine: Any, lists: Mapping[str, RankedList]) -> str | None:
+        """The first title, among the top TITLE_CHECK candidates of each list, inside which the
+        query's analysed words run in order (None: no such title)."""
+        an = default_analyzer()
+        words = an.analyze(query)
+        if not words:
+            return None
+        ids = list(dict.fromkeys(i for rl in lists.values() for i in rl.ids[:TITLE_CHECK]))
+        phrase = " " + " ".join(words) + " "
+        infos = engine.doc_info(ids)
+        for i in ids:
+            if i in infos and phrase in " " + " ".join(an.analyze(infos[i].title)) + " ":
+                return infos[i].title
+        return None
 
     def _outside(self, engine: Any, vec: Any, filters: Filters | None) -> str | None:
         """Why the query vector lies outside the index (cosine with the centroid of its vectors

@@ -27,6 +27,15 @@ def test_out_of_domain_queries_return_nothing_and_in_domain_keep_their_best_hit(
         assert sorted(gated) == ["ring doorbell installation", "ring sizes for engagement rings"], gated
         without = s.search("ring sizes for engagement rings", "hybrid", overrides={"domain_check": None})
         assert without.hits
+        # short queries embed far from every document, but a query that names a title is in the
+        # domain: "fixed point" (cosine 0.439, below the domain check, and farther from the
+        # centroid than any unit) and "integral" (below the floor)
+        for query, title, unit in (("fixed point", "Brouwer fixed point theorem", "topo-brouwer-fixed-point"),
+                                   ("integral", "Riemann integral", "anal-riemann-integral")):
+            res = s.search(query, "hybrid")
+            assert "reason" not in res.diagnostics, (query, res.diagnostics["reason"])
+            assert res.diagnostics["stages"]["semantic_floor"]["in_domain"] == title
+            assert unit in [h.id for h in res.hits[:5]], (query, [h.id for h in res.hits[:5]])
         for q in queries:
             if q.id in qrels:
                 res = s.search(q.text, "hybrid")
