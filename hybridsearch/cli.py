@@ -11,7 +11,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from hybridsearch import __version__
 from hybridsearch.errors import HybridSearchError
@@ -594,16 +594,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line, as every other error (subcommands' parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hybridsearch", description="Hybrid search for scientific "
+    p = _Parser(prog="hybridsearch", description="Hybrid search for scientific "
                                 "and mathematical corpora (embedded engine by default).")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--index-dir", default=argparse.SUPPRESS,
                         help="index directory (default: $HYBRIDSEARCH_INDEX_DIR or .hybridsearch/index; "
                         "eval: .hybridsearch/eval/<dataset>; demo: .hybridsearch/demo)")
     p.add_argument("--index-dir", default=None, help=argparse.SUPPRESS)
     p.add_argument("--version", action="version", version=f"hybridsearch {__version__}")
-    engine_opts = argparse.ArgumentParser(add_help=False)
+    engine_opts = _Parser(add_help=False)
     engine_opts.add_argument("--engine", choices=["embedded", "opensearch"], default="embedded",
                              help="embedded (an index directory, the default) or opensearch")
     engine_opts.add_argument("--url", help="OpenSearch URL (default $HYBRIDSEARCH_OPENSEARCH_URL); "

@@ -38,3 +38,13 @@ def test_version(capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"hybridsearch {__version__}"
+
+
+@pytest.mark.parametrize("argv", [["search", "x", "-k", "abc"], ["search", "x", "--engine", "nosuch"], ["nosuchcmd"],
+                                  ["indices"], ["opensearch", "nosuch"]])
+def test_a_usage_error_is_one_line(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "--help`)" in err and "usage:" not in err
