@@ -235,6 +235,8 @@ def load_queries(path: Path) -> list[Query]:
 
 def load_qrels(path: Path, split: str = "test") -> dict[str, dict[str, int]]:
     """BEIR qrels/<split>.tsv (header optional, CRLF tolerated) -> {query: {doc: grade}}."""
+    if not path.exists():
+        raise ValidationError("no such file or directory", source=str(path))
     qfile = path / "qrels" / f"{split}.tsv" if path.is_dir() else path
     if not qfile.exists():
         raise ValidationError(f"no qrels for split {split!r}", source=str(qfile))

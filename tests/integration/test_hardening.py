@@ -160,6 +160,7 @@ def test_bad_arguments_are_one_line(demo_copy, tmp_path, capsys) -> None:
         (["search", "x", "--index-dir", idx, "--channels", "bm25", "-k", "100000"], "k must be between 1 and 10000"),
         (["search", "x", "--index-dir", idx, "--channels", ",,,"], "no channel named"),
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "+"], "names no channel"),
+        (["eval", str(tmp_path / "nope"), "--channels", "bm25"], "nope: no such file or directory"),
         (["search", "x", "--index-dir", str(DEMO / "corpus.jsonl")], "a file, not an index directory"),
         (["search", "x", "--index-dir", idx, "--date-from", "19x5"], "expected YYYY or YYYY-MM"),
     ]
