@@ -36,7 +36,7 @@ from query_service.symbolic import expand as expand_symbolic
 
 DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
 DOMAIN_RESAMPLE_S = 30.0  # a sample short of the index is taken again at most this often
-TITLE_CHECK = 10  # the top candidates of each list whose titles a query a semantic gate rejects may name
+TITLE_CHECK = 10  # a gated query naming a title among each list's top this many is in the domain
 
 
 class _Domain(NamedTuple):

@@ -451,15 +451,15 @@ class OpenSearchEngine:
         """From doc values; a chunk written before `title_bin` existed is read with `title.raw`,
         and one without that either from `_source` (an id that does not exist is not asked for
         again)."""
-        found = self._fields(ids, Q.INFO_DOCVALUES, "doc info", docvalues=True)
-        out = {i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None}
-        rest = [i for i in found if i not in out]
-        if rest:
-            older = self._fields(rest, Q.INFO_DOCVALUES_RAW, "doc info", docvalues=True)
-            out.update({i: info for i, f in older.items() if (info := Q.info_from_docvalues(f)) is not None})
-            rest = [i for i in rest if i not in out]
-        if rest:
-            out.update({i: Q.info_from_source(s) for i, s in self._fields(rest, Q.INFO_FIELDS, "doc info").items()})
+        out: dict[str, DocInfo] = {}
+        rest = list(ids)
+        for fields in (Q.INFO_DOCVALUES, Q.INFO_DOCVALUES_RAW):
+            found = self._fields(rest, fields, "doc info", docvalues=True)
+            out.update({i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None})
+            rest = [i for i in found if i not in out]  # an id that does not exist drops out here
+            if not rest:
+                return out
+        out.update({i: Q.info_from_source(s) for i, s in self._fields(rest, Q.INFO_FIELDS, "doc info").items()})
         return out
 
     def count(self) -> int:

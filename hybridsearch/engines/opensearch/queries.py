@@ -110,7 +110,7 @@ INFO_FIELDS = ("id", "work_id", "source", "page", "authors", "venue", "kind", "t
 INFO_DOCVALUES = ("id", "work_id", "source", "page", "authors", "venue", "kind", "title_bin", "subjects", "year")
 # chunks written before `title_bin` existed: `title.raw` (absent on chunks written before it existed
 # too, and on titles over 4096 characters, whose DocInfo comes from `_source`)
-INFO_DOCVALUES_RAW = (*INFO_DOCVALUES[:7], "title.raw", *INFO_DOCVALUES[8:])
+INFO_DOCVALUES_RAW = tuple("title.raw" if f == "title_bin" else f for f in INFO_DOCVALUES)
 # chunk fields added since the first template: put into an older index's mapping at its first write
 ADDED_FIELDS = ("graph", "title_bin")
 # `indices reindex` fills `title_bin` on chunks copied from an index that lacks it
