@@ -43,16 +43,21 @@ def names(group: str) -> list[str]:
     return sorted(set(_entries(group)) | {n for g, n in _registered if g == group})
 
 
+def require(group: str, name: str) -> None:
+    """Raise PluginNotFoundError, naming the valid names, unless `name` is registered in `group`."""
+    valid = names(group)
+    if name not in valid:
+        raise PluginNotFoundError(f"no {group[:-1]} named {name!r}; valid: {', '.join(valid) or 'none'}")
+
+
 def load(group: str, name: str, protocol: type | None = None) -> Any:
     """Load a plugin by name, once; check it against `protocol` when given."""
     key = (group, name)
     if key in _registered:
         return _registered[key]
     if key not in _cache:
+        require(group, name)
         entries = _entries(group)
-        if name not in entries:
-            valid = ", ".join(sorted(entries)) or "none"
-            raise PluginNotFoundError(f"no {group[:-1]} named {name!r}; valid: {valid}")
         obj = entries[name].load()
         if protocol is not None and not (
             isinstance(obj, protocol) or (isinstance(obj, type) and issubclass(obj, protocol))

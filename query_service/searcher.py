@@ -94,6 +94,10 @@ def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> 
     if not channels:
         raise QueryError(f"no channel named; valid: {', '.join(plugins.names('channels'))}")
     check_k(k)
+    for c in channels:  # a misspelt name fails here, before an eval builds its index and runs
+        plugins.require("channels", c)
+    if len(channels) > 1:
+        plugins.require("fusers", fuser)
     name = "+".join(channels) + (f":{fuser}" if len(channels) > 1 else "")
     return Profile(name=name, channels={c: ChannelSpec(k=k) for c in channels}, fuser=fuser,
                    max_results=k)

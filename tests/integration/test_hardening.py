@@ -161,12 +161,15 @@ def test_bad_arguments_are_one_line(demo_copy, tmp_path, capsys) -> None:
         (["search", "x", "--index-dir", idx, "--channels", ",,,"], "no channel named"),
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "+"], "names no channel"),
         (["eval", str(tmp_path / "nope"), "--channels", "bm25"], "nope: no such file or directory"),
+        (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--fuser", "nosuch"], "no fuser named 'nosuch'"),
+        (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "bm25,bm2"], "no channel named 'bm2'"),
         (["search", "x", "--index-dir", str(DEMO / "corpus.jsonl")], "a file, not an index directory"),
         (["search", "x", "--index-dir", idx, "--date-from", "19x5"], "expected YYYY or YYYY-MM"),
     ]
     for argv, message in cases:
         code, _, err = run(capsys, *argv)
         assert code == 2 and message in one_error_line(err), (argv, err)
+    assert not (tmp_path / "ev").exists()  # a misspelt run fails before eval builds its index
 
 
 @pytest.mark.integration
