@@ -2,10 +2,10 @@
 Prometheus metrics and the OpenAPI document, behind API keys (`Authorization: Bearer KEY`).
 
 Status codes: 401 missing, unknown or revoked key; 403 an index the key may not read; 404 an
-index this service does not serve; 413 a body over HYBRIDSEARCH_HTTP_MAX_BODY; 422 bad input (a
-JSON problem naming the field); 429 over the key's rate (with Retry-After); 503 not ready. A search
-runs in a worker thread, never on the event loop; the model is loaded once per process, before
-the service says it is ready.
+index this service does not serve, or an unknown path; 405 a wrong method; 413 a body over
+HYBRIDSEARCH_HTTP_MAX_BODY; 422 bad input (a JSON problem naming the field); 429 over the key's
+rate (with Retry-After); 503 not ready. A search runs in a worker thread, never on the event
+loop; the model is loaded once per process, before the service says it is ready.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from hybridsearch import plugins
 from hybridsearch.config import Settings, get_settings
@@ -181,16 +183,27 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
                                          f"the body may be at most {state.settings.http_max_body} bytes")
         else:
             response = await call_next(request)
-        state.requests.labels(request.url.path, str(response.status_code)).inc()
+        # any other path counts as one endpoint: a scan of made-up paths must not grow the metrics
+        path = request.url.path if request.url.path in {getattr(r, "path", None) for r in app.routes} else "other"
+        state.requests.labels(path, str(response.status_code)).inc()
         return response
 
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused) -> JSONResponse:
         return exc.response
 
+    @app.exception_handler(HTTPException)
+    async def routing(request: Request, exc: HTTPException) -> JSONResponse:  # an unknown path, a wrong method
+        response = problem(exc.status_code, HTTPStatus(exc.status_code).phrase,
+                           f"{request.method} {request.url.path}: {exc.detail}")
+        response.headers.update(exc.headers or {})  # 405's Allow
+        return response
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body", "message": e["msg"]}
+        errors = [{"field": "body", "message": f"{e['msg']} at character {e['loc'][-1]}: {e['ctx']['error']}"}
+                  if e["type"] == "json_invalid" else  # its loc ends in the offset, not a field
+                  {"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body", "message": e["msg"]}
                   for e in exc.errors()]
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         return problem(422, "Unprocessable Content", f"{first['field']}: {first['message']}", errors=errors)

@@ -124,13 +124,20 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
         (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
         (k["all"], {"query": "q" * 301}, 422, "query"),
-        (k["all"], "{not json", 422, ""),
+        (k["all"], "{not json", 422, "body: JSON decode error at character 1"),
         (k["all"], {"query": "x" * 70_000}, 413, "at most"),
     ]
     for key, body, status, text in cases:
         r = _post(service, key, body)
         assert r.status_code == status, (body if isinstance(body, str) else list(body), r.status_code, r.text)
         assert r.headers["content-type"].startswith("application/problem+json") and text in r.text, r.text
+    # a wrong method or an unknown path is a problem document too; 405 names the allowed method
+    r = httpx.get(service["url"] + "/retrieve")
+    assert (r.status_code, r.headers["allow"]) == (405, "POST") and r.json()["detail"].startswith("GET /retrieve")
+    r = httpx.get(service["url"] + "/nosuch")
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json"), r.text
+    metrics = httpx.get(service["url"] + "/metrics").text
+    assert 'endpoint="other",status="404"' in metrics and "/nosuch" not in metrics
     # a key revoked while the service runs is refused at its next request
     key = _key(service["keys_file"], "temp")
     assert _post(service, key, {"query": "compact space", "profile": "lexical"}).status_code == 200
