@@ -92,6 +92,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     code = 0
     try:
         enc = None if args.no_embed or celery else default_encoder()
+        t0 = time.perf_counter()
         summary = ingest(engine, Path(args.path), loader=args.loader, strict=args.strict,
                          encoder=enc, hdc=not celery, graph=not celery, progress=not args.quiet)
         if celery:  # vectors, codes and the graph by the workers: the same functions, in batches
@@ -107,6 +108,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             summary.embedded = 0 if args.no_embed else done[0]
             summary.graph = engine.graph_summary() if isinstance(engine, GraphStore) else None
             summary.graph_built = summary.graph is not None
+            summary.seconds = time.perf_counter() - t0  # the workers' jobs included
     finally:
         engine.close()
     print("\n".join(summary.lines()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -293,6 +294,8 @@ def test_ingest_with_celery_equals_inline(redis_url, tmp_path) -> None:
     assert "loaded 242, rejected 0, indexed 242, embedded 242" in out.stdout
     assert out.stdout.count(", done") == 3 and "242 of 242 chunks in 5 of 5 batches" in out.stdout
     assert "graph, 1 of 1 batches" in out.stdout and "citation graph: 242 works" in out.stdout
+    took = float(re.search(r"embedded 242, in ([0-9.]+)s", out.stdout)[1])  # the workers' time included
+    assert took >= max(float(s) for s in re.findall(r"batches, ([0-9.]+)s, done", out.stdout)) > 0, out.stdout
     a, b = EmbeddedEngine(tmp_path / "inline"), EmbeddedEngine(tmp_path / "celery")
     assert (b.stats().vectors, b.stats().codes) == (242, 242)
     ids = [i for i in a.store.id_map().values()]
