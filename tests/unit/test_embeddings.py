@@ -80,6 +80,15 @@ def test_a_process_embedding_only_documents_never_makes_the_session(tmp_path, to
     assert enc.query_runtime == "onnxruntime" and len(list(tmp_path.iterdir())) == 1
 
 
+def test_by_default_a_texts_vector_does_not_depend_on_its_batch(torch_only) -> None:
+    """The default precision (float32) on any CPU: a document embedded alone, or in a batch padded
+    to a long neighbour, gets the same vector, so inline and worker ingests of a corpus agree."""
+    assert torch_only.encode(TEXTS[:1]) is not None and torch_only.precision == "float32"
+    alone = np.vstack([torch_only.encode([t]) for t in TEXTS])
+    batched = torch_only.encode(TEXTS, batch_size=len(TEXTS))
+    assert np.abs(alone - batched).max() < 1e-5
+
+
 def test_a_bfloat16_model_exports_float32_weights(tmp_path, torch_only) -> None:
     enc = MiniLMEncoder(cache=tmp_path, precision="bfloat16")
     doc = enc.encode(TEXTS[:1])  # torch, in bfloat16
