@@ -115,8 +115,11 @@ def test_reindex_has_no_downtime_and_keeps_writes(admin, name, caplog) -> None:
     writes = threading.Thread(target=write_during)
     started = threading.Event()
 
+    shown: list[int] = []
+
     def progress(done: int, total: int) -> None:
         assert total == before
+        shown.append(done)
         if not started.is_set():
             started.set()
             writes.start()
@@ -131,6 +134,7 @@ def test_reindex_has_no_downtime_and_keeps_writes(admin, name, caplog) -> None:
         t.join()
     writes.join(timeout=120)
     assert started.is_set() and not writes.is_alive()
+    assert shown == sorted(shown) and shown[-1] == before, shown  # the bar never goes back, and ends full
     # the writer met the write block and waited it out
     assert any("write-blocked" in r.getMessage() for r in caplog.records)
     assert failures == [] and len(served) > 10, failures[:3]

@@ -436,6 +436,7 @@ class Admin:
                                              "script": {"lang": "painless", "source": Q.TITLE_BIN_SCRIPT}},
                                        params={"wait_for_completion": "false",
                                                "slices": str(self.settings.opensearch_reindex_slices)})["task"]
+        shown = 0  # a finished slice leaves the task list before the parent counts it: never go back
         try:
             while True:
                 with self.errors("reindex status"):
@@ -446,8 +447,9 @@ class Admin:
                 statuses.append(got.get("task", {}).get("status", {}))
                 done = max(sum(int(st.get("created", 0)) + int(st.get("updated", 0)) for st in statuses[:-1]),
                            int(statuses[-1].get("created", 0)) + int(statuses[-1].get("updated", 0)))
+                shown = max(shown, min(done, total))
                 if progress is not None:
-                    progress(min(done, total), total)
+                    progress(shown, total)
                 if got.get("completed"):
                     break
                 time.sleep(poll)
