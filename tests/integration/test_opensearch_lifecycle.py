@@ -347,3 +347,48 @@ def test_reindex_cleans_up_after_a_killed_reindex_and_refuses_strays(admin, name
         admin.reindex(name)
     assert admin.client.indices.exists(index=f"{name}-v7")
     engine.close()
+
+
+def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, name, tmp_path) -> None:
+    """A re-ingest leaves a replaced copy of each chunk that Lucene's BM25 statistics count;
+    `indices status` says so and `indices merge` drops them (after OpenSearch's retention leases
+    pass), after which BM25 scores equal the embedded engine's on the same documents."""
+    from hybridsearch.engines.embedded.engine import EmbeddedEngine
+
+    docs, url = corpus(300), ["--url", admin.url]
+    vectors = unit_vectors(len(docs))
+    embedded = EmbeddedEngine(tmp_path / "emb")
+    embedded.write(docs, vectors)
+    remote = admin.engine(name)
+    try:
+        remote.write(docs, vectors)
+        remote.write(docs[:120], vectors[:120])  # re-ingested: 120 replaced copies
+        queries = [d.title for d in docs[::37]]
+
+        def differ() -> float:
+            worst = 0.0
+            for q in queries:
+                a, b = embedded.bm25(q, k=10), remote.bm25(q, k=10)
+                assert a.ids[:3] == b.ids[:3], q
+                worst = max(worst, *(abs(x - y) for x, y in zip(a.scores, b.scores, strict=False)))
+            return worst
+
+        assert differ() > 1e-3  # the replaced copies shift the statistics
+        status = json.loads(run("indices", "status", name, *url, "--json").stdout)
+        assert status["versions"][0]["deleted"] == 120
+        assert any(f"indices merge {name}" in w for w in status["warnings"]), status["warnings"]
+        bad = run("indices", "merge", name, "--timeout", "nan", *url)
+        assert bad.returncode == 2 and bad.stderr == "error: --timeout must be a positive number of seconds, got nan\n"
+        merged = run("indices", "merge", name, *url)
+        assert merged.returncode == 0, merged.stderr
+        assert merged.stdout.startswith(f"merged {name}-v1: dropped 120 deleted or replaced copies in "), merged.stdout
+        assert "retention leases" in merged.stderr  # progress: it waited for them
+        assert differ() < 1e-4
+        status = json.loads(run("indices", "status", name, *url, "--json").stdout)
+        assert status["versions"][0]["deleted"] == 0 and status["warnings"] == []
+        assert remote.count() == len(docs) and remote.stats().vectors == len(docs)
+        again = json.loads(run("indices", "merge", name, *url, "--json").stdout)
+        assert (again["dropped"], again["remaining"]) == (0, 0)
+    finally:
+        remote.close()
+        embedded.close()

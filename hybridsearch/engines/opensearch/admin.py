@@ -64,6 +64,7 @@ class Version:
     aliases: list[str]
     write_blocked: bool
     reindexed_from: str | None = None
+    deleted: int = 0  # deleted and soft-deleted copies Lucene still holds (and counts in BM25 statistics)
 
 
 @dataclass
@@ -82,6 +83,18 @@ class LogicalIndex:
                 "aliases": live.aliases if live else [], "docs": live.docs if live else 0,
                 "size_bytes": live.bytes if live else 0, "health": live.health if live else "missing",
                 "versions": [v.version for v in self.versions]}
+
+
+@dataclass
+class MergeResult:
+    name: str
+    index: str
+    dropped: int
+    remaining: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -233,7 +246,7 @@ class Admin:
         """Every logical index hybridsearch made on the cluster (versions with our `_meta`)."""
         with self.errors("list indices"):
             cat = self.client.cat.indices(format="json", bytes="b", expand_wildcards="all",
-                                          h="index,health,status,docs.count,store.size")
+                                          h="index,health,status,docs.count,docs.deleted,store.size")
             if not any(VERSIONED.match(c["index"]) for c in cat):
                 return []
             every = {"index": "*-v*", "expand_wildcards": "all"}
@@ -252,7 +265,7 @@ class Admin:
             v = Version(c["index"], int(m["version"]), int(c.get("docs.count") or 0), int(c.get("store.size") or 0),
                         c.get("health") or c.get("status") or "unknown",
                         sorted(aliases.get(c["index"], {}).get("aliases", {})), blocked == "true",
-                        meta.get("reindexed_from"))
+                        meta.get("reindexed_from"), int(c.get("docs.deleted") or 0))
             by_name.setdefault(m["name"], LogicalIndex(m["name"])).versions.append(v)
         for ix in by_name.values():
             ix.versions.sort(key=lambda v: v.version)
@@ -283,6 +296,11 @@ class Admin:
         if live.write_blocked:
             out["warnings"].append(f"the live version {live.index} is write-blocked, so writes wait: a reindex is "
                                    f"running, or one was interrupted (run `hybridsearch indices reindex {name}` again)")
+        if live.deleted:
+            out["warnings"].append(
+                f"{live.deleted} deleted or replaced copies of chunks (left by updates: the graph build, workers' "
+                f"vectors or codes, a re-ingest) still count in BM25's statistics, so scores differ slightly from "
+                f"an index without them; `hybridsearch indices merge {name}` drops them")
         running = self._reindex_tasks(name)
         if running:
             out["reindex_running"] = running
@@ -336,6 +354,70 @@ class Admin:
             with self.errors("delete versions"):
                 self.client.indices.delete(index=",".join(doomed))
         return doomed
+
+    # -- merge ----------------------------------------------------------------------------------
+    def merge(self, name: str, progress: Callable[[str], None] | None = None, timeout: float = 120.0,
+              poll: float = 1.0) -> MergeResult:
+        """Drop the deleted and replaced copies of chunks that Lucene keeps in the live version
+        (every update leaves one), so that BM25's statistics count live chunks only. OpenSearch
+        keeps a copy while a shard's retention lease may still need it to recover a replica; the
+        leases advance every 30 s, so this waits (up to `timeout` seconds) until each primary's
+        leases are past its last operation, then merges every segment that holds such a copy
+        (`index.merge.policy.expunge_deletes_allowed` 0 for the merge, restored after)."""
+        live = self.get(name).live
+        if live is None:
+            raise EngineError(f"index {name!r} has no live version (no version holds the read alias)")
+        index, t0 = live.index, time.monotonic()
+        with self.errors("merge", index):
+            self.client.indices.refresh(index=index)
+            self.client.indices.flush(index=index)
+            before = self._deleted(index)
+            if before == 0:
+                return MergeResult(name, index, 0, 0, time.monotonic() - t0)
+            last = {shard: top for shard, (top, _) in self._retention(index).items()}
+            said = False
+            while True:
+                behind = sorted(shard for shard, (_, kept) in self._retention(index).items() if kept <= last[shard])
+                if not behind:
+                    break
+                if time.monotonic() - t0 > timeout:
+                    raise EngineError(
+                        f"merge {name}: the retention leases of shard(s) {', '.join(map(str, behind))} of {index} "
+                        f"still keep its last operations after {timeout:.0f} s (they advance every 30 s; a "
+                        f"recovering replica holds them longer); try again later or with a longer --timeout")
+                if progress is not None and not said:
+                    progress(f"waiting for the retention leases of {index} to pass its last operations "
+                             f"(they advance every 30 s)")
+                    said = True
+                time.sleep(poll)
+            if progress is not None:
+                progress(f"merging the segments of {index} that hold {before} deleted or replaced copies")
+            key = "index.merge.policy.expunge_deletes_allowed"
+            was = self.client.indices.get_settings(index=index, name=key, flat_settings=True)
+            was = was.get(index, {}).get("settings", {}).get(key)
+            self.client.indices.put_settings(index=index, body={key: 0})
+            try:
+                self.client.indices.forcemerge(index=index, params={"only_expunge_deletes": "true"})
+            finally:
+                self.client.indices.put_settings(index=index, body={key: was})
+            self.client.indices.refresh(index=index)  # searches see the merged segments now
+            after = self._deleted(index)
+        return MergeResult(name, index, max(0, before - after), after, time.monotonic() - t0)
+
+    def _deleted(self, index: str) -> int:
+        got = self.client.indices.stats(index=index, metric="docs")
+        return int(got["indices"][index]["primaries"]["docs"]["deleted"])
+
+    def _retention(self, index: str) -> dict[int, tuple[int, int]]:
+        """Per primary shard: its highest operation's sequence number, and the lowest one its
+        retention leases keep (an operation at or above it is kept)."""
+        got = self.client.indices.stats(index=index, level="shards", metric="docs")["indices"][index]["shards"]
+        out = {}
+        for shard, copies in got.items():
+            primary = next(c for c in copies if c["routing"]["primary"])
+            leases = [int(lease["retaining_seq_no"]) for lease in primary["retention_leases"]["leases"]]
+            out[int(shard)] = (int(primary["seq_no"]["max_seq_no"]), min(leases, default=2**63))
+        return out
 
     # -- reindex --------------------------------------------------------------------------------
     def _reindex_tasks(self, name: str) -> list[str]:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hybridsearch.errors import HybridSearchError
+from hybridsearch.errors import ConfigError, HybridSearchError
 
 
 def confirm(question: str, yes: bool) -> None:
@@ -69,7 +69,7 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("indices", help="logical indices on OpenSearch: list, create, reindex, prune, delete")
     acts = p.add_subparsers(dest="action", required=True,
-                            metavar="{list,status,create,delete,reindex,prune}")
+                            metavar="{list,status,create,delete,reindex,merge,prune}")
     s = acts.add_parser("list", parents=[common], help="one row per logical index",
                         description="Example: hybridsearch indices list --json")
     s = acts.add_parser("status", parents=[common], help="versions, aliases, counts and warnings of one index")
@@ -85,6 +85,16 @@ def add_parsers(sub: Any) -> None:
                         "then land in the new version. The old version is kept until `indices prune`.")
     s.add_argument("name", help="the logical index (its alias)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s = acts.add_parser("merge", parents=[common], help="drop the deleted and replaced copies of chunks that "
+                        "still count in BM25's statistics", description="Every update of a chunk (the graph build, "
+                        "workers' vectors or codes, a re-ingest) leaves a copy that Lucene counts in BM25's statistics "
+                        "until a merge drops it. This waits until OpenSearch's retention leases release the copies "
+                        "(they advance every 30 s), then merges the segments that hold them. Searches and writes go "
+                        "on meanwhile. Example: hybridsearch indices merge demo")
+    s.add_argument("name", help="the logical index (its alias)")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the retention leases "
+                   "(default 120)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     s = acts.add_parser("prune", parents=[common, yes], help="delete old versions")
     s.add_argument("name", help="the logical index (its alias)")
     s.add_argument("--keep", type=int, default=1, help="versions to keep, the live one included (default 1)")
@@ -150,7 +160,8 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
             lines = [f"{k:>16}: {v}" for k, v in head.items()]
             lines += ["", _table([{**v, "size": _human(v["bytes"]), "aliases": ",".join(v["aliases"])}
                                   for v in st["versions"]],
-                                 ["index", "version", "docs", "size", "health", "aliases", "write_blocked"])]
+                                 ["index", "version", "docs", "deleted", "size", "health", "aliases",
+                                  "write_blocked"])]
             lines += [f"warning: {w}" for w in st["warnings"]]
             return "\n".join(lines)
 
@@ -171,6 +182,15 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
                                             f"`hybridsearch indices prune {res.name}`"
                                             + (f" (removed unfinished {', '.join(res.removed)})" if res.removed
                                                else "")))
+    elif args.action == "merge":
+        if not args.timeout > 0 or args.timeout == float("inf"):
+            raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        quiet = args.quiet or args.json
+        res = admin.merge(args.name, progress=None if quiet else lambda line: print(line, file=sys.stderr,
+                                                                                        flush=True),
+                          timeout=args.timeout)
+        _emit(args, res.as_dict(), lambda: f"merged {res.index}: dropped {res.dropped} deleted or replaced copies in "
+              f"{res.seconds:.1f} s" + (f"; {res.remaining} remain (written meanwhile)" if res.remaining else ""))
     elif args.action == "prune":
         doomed = admin.prunable(args.name, args.keep)
         if doomed:

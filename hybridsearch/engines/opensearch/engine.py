@@ -721,7 +721,7 @@ class OpenSearchEngine:
         """Write each chunk's `graph` (a partial update of every chunk; an unchanged one is a noop),
         then the summary. Each update leaves a soft-deleted copy, which Lucene's BM25 statistics
         count until the soft-delete retention lets a merge drop it: BM25 scores shift slightly
-        after a first build, as after any re-ingest."""
+        after a first build, as after any re-ingest, until `Admin.merge` (`indices merge`)."""
         self.ensure_index()
         chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
         empty = Neighbors()
