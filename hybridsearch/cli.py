@@ -47,6 +47,16 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Engine:
     return open_engine(str(_existing_index_dir(args) if must_exist else _index_dir(args)))
 
 
+def _replaced_note(engine: Engine, args: argparse.Namespace) -> list[str]:
+    """On OpenSearch, a line on the replaced copies of chunks that updates left (they count in
+    BM25's statistics until merged away); nothing on the embedded engine, which has none."""
+    details = engine.stats().details if _engine_name(args) == "opensearch" else {}
+    if not details.get("lucene_deleted"):
+        return []
+    return [f"{details['lucene_deleted']} replaced copies of chunks count in BM25's statistics until "
+            f"`hybridsearch indices merge {details['index']}` drops them (about 30 s)"]
+
+
 def _existing_index_dir(args: argparse.Namespace) -> Path:
     index_dir = _index_dir(args)
     if not (index_dir / "store.sqlite").exists():
@@ -109,9 +119,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             summary.graph = engine.graph_summary() if isinstance(engine, GraphStore) else None
             summary.graph_built = summary.graph is not None
             summary.seconds = time.perf_counter() - t0  # the workers' jobs included
+        note = _replaced_note(engine, args)
     finally:
         engine.close()
-    print("\n".join(summary.lines()))
+    print("\n".join(summary.lines() + note))
     return code or (1 if summary.rejected and args.strict else 0)
 
 
@@ -306,13 +317,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
             ids = missing_vector_ids(engine)
         else:
             n = embed_missing(engine, default_encoder(), progress=not args.quiet)
+            note = _replaced_note(engine, args)
     finally:
         engine.close()  # with --enqueue the workers do the rest; this process only follows them
     if args.enqueue:
         job = start("embed", target, index, ids, args.chunk)
         print(f"queued {len(ids)} chunks in {-(-len(ids) // args.chunk)} tasks (job {job})", flush=True)
         return _follow_jobs([job], args.quiet)[0] if args.wait else 0
-    print(f"embedded {n} chunks")
+    print("\n".join([f"embedded {n} chunks", *note]))
     return 0
 
 

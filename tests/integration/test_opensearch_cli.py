@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -40,8 +41,13 @@ def test_ingest_stats_search_embed_eval(opensearch_url, index) -> None:
     found = json.loads(run("search", "Gödel incompleteness", "--url", opensearch_url, "--index", index,
                            "--profile", "lexical", "--json", "-k", "3").stdout)
     assert found["hits"][0]["id"].startswith("logic-godel") and found["hits"][0]["document"]["title"]
+    # the graph build updated every chunk: each left a replaced copy
+    assert f"242 replaced copies of chunks count in BM25's statistics until `hybridsearch indices merge {index}`" \
+        in out.stdout, out.stdout
     out = run("embed", "--engine", "opensearch", "--index", index, "-q")
     assert out.returncode == 0 and "embedded 242 chunks" in out.stdout, out.stderr
+    left = re.search(r"(\d+) replaced copies of chunks", out.stdout)  # the vectors' updates left 242 more
+    assert left is not None and 242 <= int(left[1]) <= 484, out.stdout
     stats = json.loads(run("stats", "--engine", "opensearch", "--index", index, "--json").stdout)
     assert stats["vectors"] == 242
     out = run("search", "Brouwer fixed point", "--engine", "opensearch", "--index", index, "--explain")

@@ -554,7 +554,7 @@ class OpenSearchEngine:
                                "engine": "opensearch", "url": self.url, "index": self.index, "concrete_index": index,
                                "write_alias": self.write_alias, "knn_engine": self.knn_engine,
                                "space_type": self.space_type, "store_bytes": st["store"]["size_in_bytes"],
-                               "lucene_docs": st["docs"]["count"],
+                               "lucene_docs": st["docs"]["count"], "lucene_deleted": st["docs"]["deleted"],
                                "graph": None if graph is None else graph.as_dict()})
 
     # -- lexical --------------------------------------------------------------------------------
