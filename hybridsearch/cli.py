@@ -50,7 +50,12 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Engine:
 def _replaced_note(engine: Engine, args: argparse.Namespace) -> list[str]:
     """On OpenSearch, a line on the replaced copies of chunks that updates left (they count in
     BM25's statistics until merged away); nothing on the embedded engine, which has none."""
-    details = engine.stats().details if _engine_name(args) == "opensearch" else {}
+    if _engine_name(args) != "opensearch":
+        return []
+    try:
+        details = engine.stats().details
+    except HybridSearchError:  # advice only: the work is done (an ingest that indexed nothing has no index)
+        return []
     if not details.get("lucene_deleted"):
         return []
     return [f"{details['lucene_deleted']} replaced copies of chunks count in BM25's statistics until "

@@ -41,9 +41,10 @@ def test_ingest_stats_search_embed_eval(opensearch_url, index) -> None:
     found = json.loads(run("search", "Gödel incompleteness", "--url", opensearch_url, "--index", index,
                            "--profile", "lexical", "--json", "-k", "3").stdout)
     assert found["hits"][0]["id"].startswith("logic-godel") and found["hits"][0]["document"]["title"]
-    # the graph build updated every chunk: each left a replaced copy
-    assert f"242 replaced copies of chunks count in BM25's statistics until `hybridsearch indices merge {index}`" \
-        in out.stdout, out.stdout
+    # the graph build updated every chunk: each left a replaced copy (a merge may drop some meanwhile)
+    left = re.search(rf"(\d+) replaced copies of chunks count in BM25's statistics until `hybridsearch indices "
+                     rf"merge {index}`", out.stdout)
+    assert left is not None and 0 < int(left[1]) <= 242, out.stdout
     out = run("embed", "--engine", "opensearch", "--index", index, "-q")
     assert out.returncode == 0 and "embedded 242 chunks" in out.stdout, out.stderr
     left = re.search(r"(\d+) replaced copies of chunks", out.stdout)  # the vectors' updates left 242 more

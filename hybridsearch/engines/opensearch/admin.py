@@ -360,14 +360,21 @@ class Admin:
               poll: float = 1.0) -> MergeResult:
         """Drop the deleted and replaced copies of chunks that Lucene keeps in the live version
         (every update leaves one), so that BM25's statistics count live chunks only. OpenSearch
-        keeps a copy while a shard's retention lease may still need it to recover a replica; the
-        leases advance every 30 s, so this waits (up to `timeout` seconds) until each primary's
-        leases are past its last operation, then merges every segment that holds such a copy
-        (`index.merge.policy.expunge_deletes_allowed` 0 for the merge, restored after)."""
+        keeps a copy while a shard's retention leases may still need it to recover a copy of the
+        shard; the leases advance every 30 s, so this waits (up to `timeout` seconds) until every
+        shard copy's leases are past its primary's last operation, then merges every segment that
+        holds such a copy (`index.merge.policy.expunge_deletes_allowed` 0 for the merge, restored
+        after). A reindex, which drops them too, is not merged under."""
         live = self.get(name).live
         if live is None:
             raise EngineError(f"index {name!r} has no live version (no version holds the read alias)")
         index, t0 = live.index, time.monotonic()
+        if live.write_blocked or self._reindex_tasks(name):
+            raise EngineError(f"the live version {index} is write-blocked: a reindex is running or was interrupted "
+                              f"(`hybridsearch indices reindex {name}` finishes it, and drops the replaced copies)")
+        merging = self._running("indices:admin/forcemerge", re.escape(index))
+        if merging:
+            raise EngineError(f"a merge of {index} is already running (task {merging[0]})")
         with self.errors("merge", index):
             self.client.indices.refresh(index=index)
             self.client.indices.flush(index=index)
@@ -392,43 +399,66 @@ class Admin:
                 time.sleep(poll)
             if progress is not None:
                 progress(f"merging the segments of {index} that hold {before} deleted or replaced copies")
-            key = "index.merge.policy.expunge_deletes_allowed"
-            was = self.client.indices.get_settings(index=index, name=key, flat_settings=True)
-            was = was.get(index, {}).get("settings", {}).get(key)
-            self.client.indices.put_settings(index=index, body={key: 0})
-            try:
-                self.client.indices.forcemerge(index=index, params={"only_expunge_deletes": "true"})
-            finally:
-                self.client.indices.put_settings(index=index, body={key: was})
+            self._expunge(index, poll)
             self.client.indices.refresh(index=index)  # searches see the merged segments now
             after = self._deleted(index)
         return MergeResult(name, index, max(0, before - after), after, time.monotonic() - t0)
+
+    def _expunge(self, index: str, poll: float) -> None:
+        """Merge every segment of `index` that holds a deleted copy, as a task (a large index
+        merges for longer than a request may wait), with the policy's threshold at 0 meanwhile."""
+        key = "index.merge.policy.expunge_deletes_allowed"
+        got = self.client.indices.get_settings(index=index, name=key, flat_settings=True)
+        was = got.get(index, {}).get("settings", {}).get(key)  # None: the default, restored by null
+        failed: BaseException | None = None
+        try:
+            self.client.indices.put_settings(index=index, body={key: 0})
+            task = self.client.indices.forcemerge(index=index, params={"only_expunge_deletes": "true",
+                                                                       "wait_for_completion": "false"})["task"]
+            while not (done := self.client.tasks.get(task_id=task)).get("completed"):
+                time.sleep(poll)
+            if done.get("error"):
+                raise EngineError(f"merge of {index} failed: {done['error'].get('reason', done['error'])}")
+        except BaseException as e:
+            failed = e
+            raise
+        finally:
+            try:
+                self.client.indices.put_settings(index=index, body={key: was})
+            except opensearchpy.OpenSearchException as e:
+                note = (f"could not set {key} on {index} back to {was if was is not None else 'its default'} "
+                        f"({error_reason(e)}); set it by hand")
+                raise EngineError(f"{failed}; and {note}" if failed is not None else note) from e
 
     def _deleted(self, index: str) -> int:
         got = self.client.indices.stats(index=index, metric="docs")
         return int(got["indices"][index]["primaries"]["docs"]["deleted"])
 
     def _retention(self, index: str) -> dict[int, tuple[int, int]]:
-        """Per primary shard: its highest operation's sequence number, and the lowest one its
-        retention leases keep (an operation at or above it is kept)."""
+        """Per shard: its primary's highest operation's sequence number, and the lowest one that
+        the retention leases of its started copies keep (an operation at or above it is kept)."""
         got = self.client.indices.stats(index=index, level="shards", metric="docs")["indices"][index]["shards"]
         out = {}
         for shard, copies in got.items():
-            primary = next(c for c in copies if c["routing"]["primary"])
-            leases = [int(lease["retaining_seq_no"]) for lease in primary["retention_leases"]["leases"]]
+            started = [c for c in copies if c["routing"]["state"] == "STARTED"]
+            primary = next((c for c in started if c["routing"]["primary"]), None)
+            if primary is None:
+                raise EngineError(f"shard {shard} of {index} has no started primary; merge when `hybridsearch "
+                                  f"indices status` shows the index green or yellow")
+            leases = [int(lease["retaining_seq_no"]) for c in started for lease in c["retention_leases"]["leases"]]
             out[int(shard)] = (int(primary["seq_no"]["max_seq_no"]), min(leases, default=2**63))
         return out
 
     # -- reindex --------------------------------------------------------------------------------
-    def _reindex_tasks(self, name: str) -> list[str]:
+    def _running(self, actions: str, index: str) -> list[str]:
+        """Ids of running tasks of `actions` whose description names an index matching the regex `index`."""
         with self.errors("list tasks"):
-            got = self.client.tasks.list(actions="*reindex", detailed=True)
-        out = []
-        for node in got.get("nodes", {}).values():
-            for tid, t in node.get("tasks", {}).items():
-                if re.search(rf"\[{re.escape(name)}-v\d+\]", t.get("description", "")):
-                    out.append(tid)
-        return out
+            got = self.client.tasks.list(actions=actions, detailed=True)
+        return [tid for node in got.get("nodes", {}).values() for tid, t in node.get("tasks", {}).items()
+                if re.search(rf"\[{index}\]", t.get("description", ""))]
+
+    def _reindex_tasks(self, name: str) -> list[str]:
+        return self._running("*reindex", rf"{re.escape(name)}-v\d+")
 
     def reindex(self, name: str, progress: Progress | None = None, poll: float = 0.5) -> ReindexResult:
         """Build the next version from the current templates, copy the live one into it with a

@@ -67,7 +67,8 @@ def add_parsers(sub: Any) -> None:
                    "(repeatable; default: every existing one)")
     s.set_defaults(func=cmd_templates)
 
-    p = sub.add_parser("indices", help="logical indices on OpenSearch: list, create, reindex, prune, delete")
+    p = sub.add_parser("indices", help="logical indices on OpenSearch: list, status, create, reindex, merge, "
+                       "prune, delete")
     acts = p.add_subparsers(dest="action", required=True,
                             metavar="{list,status,create,delete,reindex,merge,prune}")
     s = acts.add_parser("list", parents=[common], help="one row per logical index",
@@ -190,7 +191,8 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
                                                                                         flush=True),
                           timeout=args.timeout)
         _emit(args, res.as_dict(), lambda: f"merged {res.index}: dropped {res.dropped} deleted or replaced copies in "
-              f"{res.seconds:.1f} s" + (f"; {res.remaining} remain (written meanwhile)" if res.remaining else ""))
+              f"{res.seconds:.1f} s" + (f"; {res.remaining} remain (written meanwhile, or still retained)"
+                                        if res.remaining else ""))
     elif args.action == "prune":
         doomed = admin.prunable(args.name, args.keep)
         if doomed:
