@@ -201,7 +201,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"field": "body", "message": f"{e['msg']} at character {e['loc'][-1]}: {e['ctx']['error']}"}
+        errors = [{"field": "body", "message": f"{e['msg']} at character offset {e['loc'][-1]}: {e['ctx']['error']}"}
                   if e["type"] == "json_invalid" else  # its loc ends in the offset, not a field
                   {"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body", "message": e["msg"]}
                   for e in exc.errors()]

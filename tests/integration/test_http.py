@@ -124,7 +124,7 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
         (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
         (k["all"], {"query": "q" * 301}, 422, "query"),
-        (k["all"], "{not json", 422, "body: JSON decode error at character 1"),
+        (k["all"], "{not json", 422, "body: JSON decode error at character offset 1"),
         (k["all"], {"query": "x" * 70_000}, 413, "at most"),
     ]
     for key, body, status, text in cases:
