@@ -96,8 +96,7 @@ def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> 
     check_k(k)
     for c in channels:  # a misspelt name fails here, before an eval builds its index and runs
         plugins.require("channels", c)
-    if len(channels) > 1:
-        plugins.require("fusers", fuser)
+    plugins.require("fusers", fuser)  # unused by one channel, but a misspelt one is still a mistake
     name = "+".join(channels) + (f":{fuser}" if len(channels) > 1 else "")
     return Profile(name=name, channels={c: ChannelSpec(k=k) for c in channels}, fuser=fuser,
                    max_results=k)
