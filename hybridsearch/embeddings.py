@@ -52,8 +52,8 @@ class MiniLMEncoder:
 
     `precision="float32"` (the default) gives a text the same vector, to within float rounding,
     on every CPU and in every batch. `precision="bfloat16"`, and `"auto"` where the CPU computes bfloat16 natively
-    (AVX512-BF16 or AMX), run the model in bfloat16: about 1.8x the throughput, with cosine 0.9999
-    to the float32 vectors, but a text's vector then varies (by up to about 1e-3 per component)
+    (AVX512-BF16 or AMX), run the model in bfloat16: 1.8x to 2.8x the throughput, with cosine
+    0.9999 to the float32 vectors, but a text's vector then varies (by up to about 2e-3 per component)
     with the other texts in its batch, so inline and worker ingests of one corpus differ slightly
     (HYBRIDSEARCH_EMBEDDING_PRECISION for the default encoder).
 
