@@ -406,7 +406,9 @@ class Admin:
 
     def _expunge(self, index: str, poll: float) -> None:
         """Merge every segment of `index` that holds a deleted copy, as a task (a large index
-        merges for longer than a request may wait), with the policy's threshold at 0 meanwhile."""
+        merges for longer than a request may wait), with the policy's threshold at 0 meanwhile.
+        https://docs.opensearch.org/latest/api-reference/index-apis/force-merge/ (retained deleted
+        documents are not expunged: hence the wait for the leases first)."""
         key = "index.merge.policy.expunge_deletes_allowed"
         got = self.client.indices.get_settings(index=index, name=key, flat_settings=True)
         was = got.get(index, {}).get("settings", {}).get(key)  # None: the default, restored by null
