@@ -2,13 +2,17 @@
 
     python bench/ops.py DATASET [--url URL] [--queries N]
 
-1. Reindex under load: the logical index `bench-ops-<dataset>` (documents, MiniLM vectors and HDC
-   codes; vectors from the embedded index cached in `.hybridsearch/bench/<dataset>`, built once)
-   is reindexed with `Admin.reindex` while one thread runs the `hybrid` profile over the dataset's
-   queries through the read alias: time, searches served, failures, empty results for queries
-   that had hits, and latency during against before.
-2. Snapshot and restore: create a snapshot, delete the index, restore it; times and counts.
-3. Query-log overhead: the `hybrid` profile one query at a time, alternating blocks with and
+The logical index `bench-ops-<dataset>` holds the documents, MiniLM vectors and HDC codes
+(vectors from the embedded index cached in `.hybridsearch/bench/<dataset>`, built once) and the
+citation graph.
+
+1. Merge: `Admin.merge` drops the replaced copies the graph build left; counts, time (the wait for
+   the retention leases included) and store size.
+2. Reindex under load: the index is reindexed with `Admin.reindex` while one thread runs the
+   `hybrid` profile over the dataset's queries through the read alias: time, searches served,
+   failures, empty results for queries that had hits, and latency during against before.
+3. Snapshot and restore: create a snapshot, delete the index, restore it; times and counts.
+4. Query-log overhead: the `hybrid` profile one query at a time, alternating blocks with and
    without the query log (OpenSearch daily index), p50 each.
 
 The index is dropped at the end.
@@ -74,7 +78,20 @@ def main() -> None:
         had_hits[q] = bool(searcher.search(q, hybrid).hits)
         before_ms.append((time.perf_counter() - t) * 1000)
 
-    # 1. reindex under load
+    # 1. merge away the replaced copies the graph build left
+    live = admin.get(name).live
+    assert live is not None
+    merged = admin.merge(name)
+    time.sleep(11)  # store sizes are cached for 10 s (index.store.stats_refresh_interval)
+    after = admin.get(name).live
+    assert after is not None
+    table(f"merge: {name} after its graph build", [
+        ("replaced copies before / dropped / left", f"{live.deleted} / {merged.dropped} / {merged.remaining}"),
+        ("merge time (retention wait included)", f"{merged.seconds:.1f} s"),
+        ("store size before / after", f"{live.bytes / 2**20:.1f} / {after.bytes / 2**20:.1f} MiB"),
+    ])
+
+    # 2. reindex under load
     stop = threading.Event()
     during_ms: list[float] = []
     failures: list[str] = []
@@ -113,7 +130,7 @@ def main() -> None:
     ])
     admin.prune(name, keep=1)
 
-    # 2. snapshot, delete, restore
+    # 3. snapshot, delete, restore
     repo = f"bench-{uuid.uuid4().hex[:6]}"
     admin.repo_add(repo)
     t = time.perf_counter()
@@ -132,7 +149,7 @@ def main() -> None:
     admin.client.snapshot.delete(repository=repo, snapshot="bench")
     admin.client.snapshot.delete_repository(repository=repo)
 
-    # 3. query-log overhead: alternating blocks, the same queries
+    # 4. query-log overhead: alternating blocks, the same queries
     log = QueryLog(OpenSearchSink(engine.raw_url, get_settings()))
     logged = Searcher(engine, encoder=encoder, query_log=log)
     plain_ms: list[float] = []
