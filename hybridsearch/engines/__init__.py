@@ -217,10 +217,54 @@ class VectorSearch(Protocol):
 @runtime_checkable
 class VectorSampling(Protocol):
     def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
-        """Up to n stored vectors (all of them when there are no more), as rows: the same
-        pseudo-random sample for the same index contents. Chunks without a vector, and chunks the
-        filters exclude (the domain check passes the caller's licence filter), are not in it."""
+        """Up to n stored vectors, as rows: those of the chunks with the smallest (sample_keys
+        value, id), in that order, so every engine samples the same chunks of the same contents.
+        Chunks without a vector, and chunks the filters exclude (the domain check passes the
+        caller's licence filter), are not in it."""
         ...
+
+
+def sample_keys(ids: Sequence[str]) -> np.ndarray:
+    """Each chunk id's sample key, a pseudo-random integer in [0, 2**24): Java's String.hashCode of
+    the id (over its UTF-16 code units), mixed by MurmurHash3's fmix32, low 24 bits. OpenSearch
+    computes the same in painless (queries.SAMPLE_KEY_SCRIPT). About 0.5 s for a million ids."""
+    out = np.zeros(len(ids), dtype=np.int64)
+    for lo in range(0, len(ids), 65536):
+        part = list(ids[lo:lo + 65536])
+        units = np.array(part, dtype=np.str_)  # code points, NUL-padded to the longest
+        codes = units.view(np.uint32).reshape(len(part), -1).astype(np.uint64)
+        lens = np.char.str_len(units)
+        h = np.zeros(len(part), dtype=np.uint64)
+        for j in range(codes.shape[1]):
+            h = np.where(j < lens, (h * 31 + codes[:, j]) & 0xFFFFFFFF, h)
+        # beyond the Basic Multilingual Plane (two UTF-16 units), or with a trailing NUL: by hand
+        odd = (codes > 0xFFFF).any(axis=1) | (lens != np.fromiter(map(len, part), dtype=np.int64, count=len(part)))
+        for i in np.nonzero(odd)[0].tolist():
+            s = part[i]
+            v = 0
+            for u in np.frombuffer(s.encode("utf-16-be"), dtype=">u2").tolist():
+                v = (v * 31 + u) & 0xFFFFFFFF
+            h[i] = v
+        h ^= h >> np.uint64(16)
+        h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
+        h ^= h >> np.uint64(13)
+        h = (h * np.uint64(0xC2B2AE35)) & np.uint64(0xFFFFFFFF)
+        h ^= h >> np.uint64(16)
+        out[lo:lo + len(part)] = (h & np.uint64(0xFFFFFF)).astype(np.int64)
+    return out
+
+
+def sample_order(ids: Sequence[str], n: int) -> list[int]:
+    """Positions in `ids` of the n with the smallest (sample key, id), in that order."""
+    if len(ids) <= 0 or n <= 0:
+        return []
+    keys = sample_keys(ids)
+    if n < len(ids):
+        kth = np.partition(keys, n - 1)[n - 1]
+        near = np.nonzero(keys <= kth)[0].tolist()
+    else:
+        near = list(range(len(ids)))
+    return sorted(near, key=lambda i: (int(keys[i]), ids[i]))[:n]
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from hybridsearch.engines import (
     Neighbors,
     VectorSearch,
     WorkLinks,
+    sample_keys,
 )
 from hybridsearch.errors import QueryError, ValidationError
 from hybridsearch.hdc import HdcEncoder
@@ -215,6 +216,18 @@ def test_vector_sample_is_a_fixed_subset_of_the_stored_vectors(engine) -> None:
     assert engine.vector_sample(10, Filters(license=["none-such"])).shape[0] == 0
     engine.delete(["a", "b", "c"])
     assert engine.vector_sample(5).shape[0] == 0 and engine.count() == 1
+
+
+def test_vector_sample_takes_the_same_chunks_on_every_engine(blank) -> None:
+    """The n chunks with the smallest (sample key, id), in that order: an index larger than the
+    domain sample gives the domain check the same centroid and edge on both engines."""
+    ids = [f"doc-{i}" for i in range(40)] + ["Heine–Borel", "𝔽-field", "日本語"]
+    vecs = unit_vectors(len(ids), seed=3)
+    blank.write([Document(id=i, title=f"Title {i}", text="Some text.") for i in ids], vecs)
+    keys = sample_keys(ids)
+    want = sorted(range(len(ids)), key=lambda j: (int(keys[j]), ids[j]))[:10]
+    got = blank.vector_sample(10)
+    assert got.shape == (10, 384) and np.allclose(got, vecs[want], atol=1e-5)
 
 
 def test_vectors_and_codes_follow_the_text(engine) -> None:

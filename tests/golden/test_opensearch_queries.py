@@ -65,11 +65,12 @@ def test_exact_scores_by_the_knn_script() -> None:
                    "params": {"field": "hdc_claim", "query_value": [99, -56], "space_type": "hamming"}}}}}
 
 
-def test_vector_sample_is_a_seeded_random_order_over_chunks_with_the_field() -> None:
-    assert Q.sample_query("dense", 500) == {"size": 500, "_source": ["dense"], "query": {"function_score": {
+def test_vector_sample_orders_chunks_with_the_field_by_their_sample_key() -> None:
+    assert Q.sample_query("dense", 500) == {"size": 500, "_source": ["dense"],
+                                            "sort": [{"_score": "desc"}, {"id": "asc"}], "query": {"script_score": {
         "query": {"bool": {"filter": [{"exists": {"field": "dense"}}]}},
-        "random_score": {"seed": 0, "field": "_seq_no"}, "boost_mode": "replace"}}}
-    licensed = Q.sample_query("dense", 5, Filters(license=["CC-BY-4.0"]))["query"]["function_score"]["query"]
+        "script": {"source": Q.SAMPLE_KEY_SCRIPT}}}}
+    licensed = Q.sample_query("dense", 5, Filters(license=["CC-BY-4.0"]))["query"]["script_score"]["query"]
     assert licensed == {"bool": {"filter": [{"exists": {"field": "dense"}}, *Q.filter_clauses(Filters(
         license=["CC-BY-4.0"]))]}}
 

@@ -146,15 +146,10 @@ class DenseIndex:
                 out.append(1.0 - s / self.dim if self.binary else float(s))
             return labels, out
 
-    def sample(self, n: int, allowed: set[int] | None = None) -> np.ndarray:
-        """Up to n live vectors, chosen by a fixed seed, as rows; only of `allowed` labels when given."""
+    def labels(self) -> list[int]:
+        """The labels that hold a vector."""
         with self._lock:
-            vids = sorted(v for lb, v in self._vid_of.items() if allowed is None or lb in allowed)
-            if len(vids) > n:
-                vids = sorted(np.random.default_rng(0).choice(vids, n, replace=False).tolist())
-            if not vids:
-                return np.zeros((0, self.dim), dtype=np.float32)
-            return np.vstack([self._index.reconstruct(v) for v in vids])
+            return list(self._vid_of)
 
     def vectors(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
         with self._lock:

@@ -31,6 +31,7 @@ from hybridsearch.engines import (
     check_query_code,
     check_query_vector,
     check_vectors,
+    sample_order,
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
@@ -332,7 +333,12 @@ class EmbeddedEngine:
     def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
-        return self.dense_index.sample(n, allowed)
+        names = self.store.id_map()
+        labels = [lb for lb in self.dense_index.labels() if lb in names and (allowed is None or lb in allowed)]
+        chosen = [labels[i] for i in sample_order([names[lb] for lb in labels], n)]
+        got = self.dense_index.vectors(chosen)
+        rows = [got[lb] for lb in chosen if lb in got]
+        return np.vstack(rows) if rows else np.zeros((0, self.dense_index.dim), dtype=np.float32)
 
     def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
         return self.store.work_chunks(work_ids, filters)

@@ -216,12 +216,18 @@ def exact_score_query(field: str, space_type: str, query_value: Sequence[float] 
                    "params": {"field": field, "query_value": list(query_value), "space_type": space_type}}}}}
 
 
+# hybridsearch.engines.sample_keys in painless, as 2**24 - key so that the smallest keys score highest
+# (Java's int arithmetic wraps as the Python version's masks do; the fmix32 constants as signed ints)
+SAMPLE_KEY_SCRIPT = ("int h = doc['id'].value.hashCode(); h ^= h >>> 16; h *= -2048144789; h ^= h >>> 13; "
+                     "h *= -1028477387; h ^= h >>> 16; return 16777216 - (h & 16777215);")
+
+
 def sample_query(field: str, n: int, filters: Filters | None = None) -> dict[str, Any]:
-    """Up to n chunks that have `field` and pass the filters, in a pseudo-random order fixed by a
-    seed over `_seq_no` (function_score random_score), with only that field's source."""
-    return {"size": n, "_source": [field], "query": {"function_score": {
+    """Up to n chunks that have `field` and pass the filters: those with the smallest (sample key,
+    id), in that order (VectorSampling), with only that field's source."""
+    return {"size": n, "_source": [field], "sort": [{"_score": "desc"}, {"id": "asc"}], "query": {"script_score": {
         "query": {"bool": {"filter": [{"exists": {"field": field}}, *filter_clauses(filters)]}},
-        "random_score": {"seed": 0, "field": "_seq_no"}, "boost_mode": "replace"}}}
+        "script": {"source": SAMPLE_KEY_SCRIPT}}}}
 
 
 def doc_freq_query(terms: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
