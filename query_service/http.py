@@ -174,6 +174,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
     app = FastAPI(title="hybridsearch", version=_version(), lifespan=lifespan,
                   description="Hybrid retrieval (BM25, dense, HDC, citation) with explained scores.")
     app.state.service = state
+    routes: set[str] = set()  # the app's paths, filled once they are all declared (below)
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -184,7 +185,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
         else:
             response = await call_next(request)
         # any other path counts as one endpoint: a scan of made-up paths must not grow the metrics
-        path = request.url.path if request.url.path in {getattr(r, "path", None) for r in app.routes} else "other"
+        path = request.url.path if request.url.path in routes else "other"
         state.requests.labels(path, str(response.status_code)).inc()
         return response
 
@@ -260,6 +261,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
     def retrieve(body: RetrieveRequest, key: ApiKey = Depends(caller)) -> Any:  # noqa: B008
         return _retrieve(state, body, key)
 
+    routes.update(p for r in app.routes if isinstance(p := getattr(r, "path", None), str))
     return app
 
 
