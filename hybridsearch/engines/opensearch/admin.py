@@ -381,10 +381,11 @@ class Admin:
             before = self._deleted(index)
             if before == 0:
                 return MergeResult(name, index, 0, 0, time.monotonic() - t0)
-            last = {shard: top for shard, (top, _) in self._retention(index).items()}
+            retention = self._retention(index)
+            last = {shard: top for shard, (top, _) in retention.items()}
             said = False
             while True:
-                behind = sorted(shard for shard, (_, kept) in self._retention(index).items() if kept <= last[shard])
+                behind = sorted(shard for shard, (_, kept) in retention.items() if kept <= last[shard])
                 if not behind:
                     break
                 if time.monotonic() - t0 > timeout:
@@ -397,6 +398,7 @@ class Admin:
                              f"(they advance every 30 s)")
                     said = True
                 time.sleep(poll)
+                retention = self._retention(index)
             if progress is not None:
                 progress(f"merging the segments of {index} that hold {before} deleted or replaced copies")
             self._expunge(index, poll)
