@@ -9,7 +9,9 @@ worker (2 processes) on a redis-server started on a free loopback port; `hybrids
 --no-embed` into a second directory, whose graph job is timed from its creation to its last
 state change in Redis (the job runs beside the HDC job, one process each). OpenSearch (HYBRIDSEARCH_OPENSEARCH_URL
 set): the dataset ingested without embeddings into index `bench-graph`, then `graph_at(url,
-force=True)`, which reads every chunk's links and partially updates every chunk.
+force=True)`, which reads every chunk's links and partially updates every chunk; then the
+neighbour lists of 5, 10 and 20 random chunks read from `graph.lists` and from `_source`, once
+each chunk holds a (random) vector, as an index ingested with embeddings does.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
            "HYBRIDSEARCH_QUERY_LOG": "false"}
     rows: list[tuple[str, float]] = []
+    reads: list[tuple[int, float, float]] = []
     worker = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -80,6 +83,7 @@ def main() -> None:
                 os_summary, _ = graph_at(url, "bench-graph", force=True)
                 rows.append(("opensearch (graph_at, every chunk updated)", time.perf_counter() - t))
                 assert os_summary.hash == summary.hash
+                reads = neighbour_reads(url, "bench-graph")
     finally:
         stop(worker, redis)
 
@@ -91,8 +95,50 @@ def main() -> None:
     print(f"  {'build':<44} {'seconds':>8}")
     for name, secs in rows:
         print(f"  {name:<44} {secs:>8.3f}")
+    if reads:
+        print(f"  neighbour lists on OpenSearch, p50 of {READS} reads each, interleaved:")
+        print(f"  {'seeds':>5} {'graph.lists (doc values) ms':>28} {'_source ms':>11}")
+        for n, dv, src in reads:
+            print(f"  {n:>5} {dv:>28.2f} {src:>11.2f}")
     print("  highest PageRank: " + ", ".join(f"{w} ({pr:.4f}, cited by {n})" for w, pr, _, n in
                                               sorted(top, key=lambda r: -r[1])))
+
+
+READS = 300
+
+
+def neighbour_reads(url: str, index: str) -> list[tuple[int, float, float]]:
+    """`neighbors` for random chunks (what the citation stage reads for its seeds), against the same
+    lists read from `_source`, the way it is done for a graph built before `graph.lists`."""
+    import random
+
+    import numpy as np
+
+    from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.engines.opensearch.engine import OpenSearchEngine
+
+    engine = OpenSearchEngine(url, index=index)
+    ids = [i for i, _ in engine._scan({"match_all": {}}, ())]
+    # `_source` holds each chunk's vector, as in an index ingested with embeddings (random here)
+    vectors = np.random.default_rng(1).standard_normal((len(ids), engine.dim)).astype(np.float32)
+    engine.set_vectors(ids, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    engine.client.indices.refresh(index=index)
+    rnd = random.Random(1)
+    out = []
+    for n in (5, 10, 20):
+        dv, src = [], []
+        for _ in range(READS):
+            some = rnd.sample(ids, n)
+            t = time.perf_counter()
+            got = engine.neighbors(some)
+            dv.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            old = {i: Q.neighbors_of(s.get("graph")) for i, s in engine._fields(some, ["graph"], "neighbors").items()}
+            src.append(time.perf_counter() - t)
+            assert got == old
+        out.append((n, 1000 * statistics.median(dv), 1000 * statistics.median(src)))
+    engine.close()
+    return out
 
 
 if __name__ == "__main__":

@@ -288,6 +288,12 @@ def test_citation_graph(engine) -> None:
     assert nb["b"].pagerank > nb["a"].pagerank > 0
     # what the reranker reads: the authority alone, the same as in the neighbour lists
     assert engine.authority(["a", "b", "c", "missing"]) == {i: nb[i].authority for i in "abc"}
+    if hasattr(engine, "client"):  # OpenSearch: from the binary doc value `graph.lists`, in one request
+        sent = []
+        search = engine._search
+        engine._search = lambda body, what, **kw: sent.append(body.get("docvalue_fields")) or search(body, what, **kw)
+        assert engine.neighbors(["a", "b", "c", "missing"]) == nb and len(sent) == 1 and "graph.lists" in sent[0]
+        del engine._search
     assert update_graph(engine) == (summary, False)
 
     engine.write([Document(id="d", title="Tychonoff theorem", text="Products of compact spaces are compact.",

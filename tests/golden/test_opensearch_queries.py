@@ -125,6 +125,25 @@ def test_the_indexed_form_of_a_chunk() -> None:
     assert info is not None and (info.title, info.work_id, info.year) == ("Ä", "x", 1895)
 
 
+def test_a_chunks_graph_as_a_binary_doc_value() -> None:
+    """`graph.lists` carries the whole graph; read back as served (base64 without padding) it gives
+    the same Neighbors as the keyword lists of `_source`, order and exact floats included."""
+    from hybridsearch.engines import Neighbors
+
+    nb = Neighbors(("b", "ä\"\\x"), ("😀",), ("c", "a"), 0.1 + 0.2, 1 / 3)
+    (g,) = Q.graph_source(nb).values()
+    assert {k: g[k] for k in ("cites", "cited_by", "cocited")} == {"cites": ["b", "ä\"\\x"], "cited_by": ["😀"],
+                                                                  "cocited": ["c", "a"]}
+    served = g["lists"].rstrip("=")
+    assert served != g["lists"]  # this one has padding to restore
+    assert Q.neighbors_from_docvalues({"graph.lists": [served], "graph.authority": [0.33]}) == nb
+    assert Q.neighbors_of(g) == nb
+    # a graph written before `graph.lists`: not from doc values; no graph at all: empty
+    assert Q.neighbors_from_docvalues({"id": ["x"], "graph.authority": [0.0]}) is None
+    assert Q.neighbors_from_docvalues({"id": ["x"]}) == Neighbors() == Q.neighbors_of(None)
+    assert Q.graph_source(Neighbors())["graph"]["authority"] == 0.0
+
+
 def test_templates_name_the_configured_knn_engine() -> None:
     lucene, faiss = Q.chunks_template("lucene"), Q.chunks_template("faiss")
     props = lucene["template"]["mappings"]["properties"]

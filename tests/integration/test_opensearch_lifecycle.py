@@ -282,6 +282,33 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
     assert len(sent) == 1 and "title_bin" in sent[0], sent
 
 
+def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url
+                                                                              ) -> None:
+    from indexer.graph import update_graph
+
+    engine = admin.engine(name)
+    engine.write([Document(id="a", title="Newer", text="x", year=1990, cites=["b"]),
+                  Document(id="b", title="Older", text="y", year=1980)])
+    update_graph(engine)
+    want = engine.neighbors(["a", "b"])
+    assert want["b"].cited_by == ("a",) and want["a"].cites == ("b",)
+    # chunk b as a version without `graph.lists` wrote it
+    admin.client.update(index=f"{name}-write", id="b", body={"script": "ctx._source.graph.remove('lists')"},
+                        params={"refresh": "true"})
+    sent: list[str] = []
+    search = engine._search
+    engine._search = lambda body, what, **kw: sent.append(what) or search(body, what, **kw)
+    assert engine.neighbors(["a", "b", "missing"]) == want and sent == ["neighbors", "neighbors"]
+    (warning,) = [w for w in admin.status(name)["warnings"] if "graph.lists" in w]
+    assert warning.startswith("chunks whose citation graph was written before `graph.lists` existed: 1;"), warning
+    forced = run("graph", "--url", opensearch_url, "--index", name, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert not [w for w in admin.status(name)["warnings"] if "graph.lists" in w]
+    sent.clear()
+    assert engine.neighbors(["a", "b", "missing"]) == want and sent == ["neighbors"]
+    engine.close()
+
+
 def test_indices_and_snapshot_commands(opensearch_url, name) -> None:
     url = ["--url", opensearch_url]
     created = run("indices", "create", name, *url, "--json")

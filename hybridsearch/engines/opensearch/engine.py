@@ -693,13 +693,15 @@ class OpenSearchEngine:
 
     # -- citation graph -------------------------------------------------------------------------
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        """The graph as stored on each chunk (`graph`, written by `set_graph`)."""
-        out: dict[str, Neighbors] = {}
-        for i, s in self._fields(ids, ["graph"], "neighbors").items():
-            g = s.get("graph")
-            out[i] = Neighbors() if not g else Neighbors(
-                tuple(g.get("cites", [])), tuple(g.get("cited_by", [])), tuple(g.get("cocited", [])),
-                g.get("pagerank"), g.get("authority"))
+        """The graph as stored on each chunk (`graph`, written by `set_graph`): from doc values, or
+        from `_source` for a chunk whose graph was written before `graph.lists` existed."""
+        found = {i: Q.neighbors_from_docvalues(f)
+                 for i, f in self._fields(ids, Q.GRAPH_DOCVALUES, "neighbors", docvalues=True).items()}
+        out = {i: nb for i, nb in found.items() if nb is not None}
+        older = [i for i, nb in found.items() if nb is None]
+        if older:
+            read = self._fields(older, ["graph"], "neighbors")
+            out.update({i: Q.neighbors_of(s.get("graph")) for i, s in read.items()})
         return out
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
@@ -725,7 +727,7 @@ class OpenSearchEngine:
         self.ensure_index()
         chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
         empty = Neighbors()
-        self._update([i for i, _ in chunks], [_graph_source(works.get(w, empty)) for _, w in chunks])
+        self._update([i for i, _ in chunks], [Q.graph_source(works.get(w, empty)) for _, w in chunks])
         self.set_meta("graph", summary.as_dict())
 
     def graph_summary(self) -> GraphSummary | None:
@@ -770,8 +772,3 @@ def _item_reason(info: dict[str, Any]) -> str:
         return str(err or info.get("status"))
     cause = err.get("caused_by")
     return f"{err.get('type')}: {err.get('reason')}" + (f" ({cause.get('reason')})" if isinstance(cause, dict) else "")
-
-
-def _graph_source(nb: Neighbors) -> dict[str, Any]:
-    return {"graph": {"cites": list(nb.cites), "cited_by": list(nb.cited_by), "cocited": list(nb.cocited),
-                      "pagerank": nb.pagerank or 0.0, "authority": nb.authority or 0.0}}
