@@ -119,7 +119,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             started.append(start("hdc", target, index, [i for i, _ in engine.missing_codes()], args.chunk))
             started.append(start("graph", target, index, [], args.chunk))
             code, done = _follow_jobs(started, args.quiet)
-            engine.stats()  # the owner applies what the workers journaled
+            if _engine_name(args) != "opensearch":  # on OpenSearch the workers wrote to the node
+                engine.stats()  # the owner applies what the workers journaled
             summary.embedded = 0 if args.no_embed else done[0]
             summary.graph = engine.graph_summary() if isinstance(engine, GraphStore) else None
             summary.graph_built = summary.graph is not None
