@@ -114,7 +114,6 @@ def neighbour_reads(url: str, index: str) -> list[tuple[int, float, float]]:
 
     import numpy as np
 
-    from hybridsearch.engines.opensearch import queries as Q
     from hybridsearch.engines.opensearch.engine import OpenSearchEngine
 
     engine = OpenSearchEngine(url, index=index)
@@ -133,7 +132,7 @@ def neighbour_reads(url: str, index: str) -> list[tuple[int, float, float]]:
             got = engine.neighbors(some)
             dv.append(time.perf_counter() - t)
             t = time.perf_counter()
-            old = {i: Q.neighbors_of(s.get("graph")) for i, s in engine._fields(some, ["graph"], "neighbors").items()}
+            old = engine._source_neighbors(some)
             src.append(time.perf_counter() - t)
             assert got == old
         out.append((n, 1000 * statistics.median(dv), 1000 * statistics.median(src)))

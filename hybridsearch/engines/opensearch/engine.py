@@ -700,9 +700,12 @@ class OpenSearchEngine:
         out = {i: nb for i, nb in found.items() if nb is not None}
         older = [i for i, nb in found.items() if nb is None]
         if older:
-            read = self._fields(older, ["graph"], "neighbors")
-            out.update({i: Q.neighbors_of(s.get("graph")) for i, s in read.items()})
+            out.update(self._source_neighbors(older))
         return out
+
+    def _source_neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
+        """The graph of existing chunks from `_source` (which holds the vectors too)."""
+        return {i: Q.neighbors_of(s.get("graph")) for i, s in self._fields(ids, ["graph"], "neighbors").items()}
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
         """From doc values."""
