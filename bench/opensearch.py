@@ -4,9 +4,9 @@
 
 One run, both engines: ingest without embeddings (documents, vectors and HDC codes written into a
 fresh index; write time only), engine parity (`query_service.parity.compare`), latency one query at
-a time after warm-up (BM25, dense kNN, the `hybrid` profile end to end), our fusion against
-OpenSearch's own hybrid query and search pipelines on the same node and index, and the node's
-memory after the run. The embedded index is built once and cached in `.hybridsearch/bench/<dataset>`;
+a time after warm-up (BM25, dense kNN, the HDC channel, the `hybrid` profile end to end), our
+fusion against OpenSearch's own hybrid query and search pipelines on the same node and index, and
+the node's memory after the run. The embedded index is built once and cached in `.hybridsearch/bench/<dataset>`;
 the OpenSearch index `bench-<dataset>` is created fresh and dropped at the end unless `--keep`.
 """
 
@@ -39,7 +39,7 @@ from hybridsearch.metrics import evaluate, percentile  # noqa: E402
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Query  # noqa: E402
 from hybridsearch.scoring import merge_term_weights  # noqa: E402
 from indexer.loaders import load_qrels, load_queries  # noqa: E402
-from query_service.channels import Bm25Config  # noqa: E402
+from query_service.channels import Bm25Config, HdcChannel, QueryContext  # noqa: E402
 from query_service.evaluate import prepare_index  # noqa: E402
 from query_service.fusion import WeightedConfig, WeightedFuser  # noqa: E402
 from query_service.parity import compare, copy_corpus  # noqa: E402
@@ -129,8 +129,8 @@ def print_ingest(fig: dict[str, tuple[int, float]]) -> None:
 # -- 3. latency -------------------------------------------------------------------------------------
 def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries: Sequence[Query],
                   enc: Encoder) -> None:
-    """BM25, dense kNN (query embedded beforehand) and the `hybrid` profile end to end, per engine.
-    Each figure in its own loop: torch's OpenMP threads spin for a while after an embedding, and
+    """BM25, dense kNN (query embedded beforehand), the HDC channel and the `hybrid` profile end to
+    end, per engine. Each figure in its own loop: torch's OpenMP threads spin for a while after an embedding, and
     interleaving would charge that to the next call."""
     texts = [q.text for q in queries]
     rows: dict[str, dict[str, list[float]]] = {n: {} for n in engines}
@@ -143,6 +143,9 @@ def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries
     embed_lat, vectors = timed(partial(embed_one, enc), texts, warmup=0)
     for n, e in engines.items():
         rows[n]["dense"] = timed(partial(e.knn, k=DEPTH), vectors)[0]
+    hdc = HdcChannel()
+    for n, e in engines.items():
+        rows[n]["hdc"] = timed(lambda text, e=e: hdc.retrieve(QueryContext(text), e, DEPTH), texts)[0]
     hybrid = get_profile("hybrid")
     for n, e in engines.items():
         s = Searcher(e, encoder=enc)
@@ -162,6 +165,8 @@ def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries
     print(f"| query embedding (all-MiniLM-L6-v2, one query; engine-independent) | {p50_p95(embed_lat)} | "
           "(same) | |")
     print(f"| dense kNN (query embedded beforehand) | {p50_p95(emb['dense'])} | {p50_p95(osr['dense'])} | |")
+    print(f"| HDC channel (query codes, per-field Hamming kNN of {DEPTH * hdc.config.candidate_factor}, exact "
+          f"rescoring; OpenSearch: one `_msearch` each) | {p50_p95(emb['hdc'])} | {p50_p95(osr['hdc'])} | |")
     hyb_p50 = percentile(osr["hybrid"], 50)
     print(f"| `hybrid` profile end to end (Searcher, embedding included) | {p50_p95(emb['hybrid'])} | "
           f"{p50_p95(osr['hybrid'])} | p50 ≤ 30 ms: {verdict(hyb_p50 <= 30)} |")

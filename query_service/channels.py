@@ -174,9 +174,9 @@ class HdcChannel:
         codes = engine.hdc_encoder().encode_query(query.text, role=query.role, acts=query.acts)
         fetch = k * self.config.candidate_factor
         candidates: set[str] = set()
-        for field, code in codes.items():
-            candidates.update(engine.hamming(code, field, fetch, query.filters).ids)
-        sims = {f: engine.hamming_score(code, f, list(candidates)) for f, code in codes.items()}
+        for hits in engine.hamming(codes, fetch, query.filters).values():
+            candidates.update(hits.ids)
+        sims = engine.hamming_score(codes, sorted(candidates))
         scores = {}
         for id_ in candidates:
             score = combine({f: s[id_] for f, s in sims.items() if id_ in s}, self.config.weights)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsearch.engines import Bm25Options, Neighbors, TermStat, TermStats
+from hybridsearch.engines import Bm25Options, Codes, Neighbors, TermStat, TermStats
 from hybridsearch.errors import QueryError
 from hybridsearch.models import DocInfo, Document, Filters, RankedList
 from hybridsearch.scoring import bm25_idf
@@ -64,9 +64,9 @@ class MultiEngine:
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
         return self._merge("dense", {kb: e.knn(vec, k, filters) for kb, e in self.engines.items()}, k, by_top=False)
 
-    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
-        parts = {kb: e.hamming(code, field, k, filters) for kb, e in self.engines.items()}
-        return self._merge(f"hdc:{field}", parts, k, by_top=False)
+    def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
+        parts = {kb: e.hamming(codes, k, filters) for kb, e in self.engines.items()}
+        return {f: self._merge(f"hdc:{f}", {kb: p[f] for kb, p in parts.items()}, k, by_top=False) for f in codes}
 
     def hdc_encoder(self) -> Any:
         encoders = [e.hdc_encoder() for e in self.engines.values()]
@@ -81,8 +81,12 @@ class MultiEngine:
             out.update({f"{kb}{SEP}{i}": v for i, v in got.items()})
         return out
 
-    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
-        return self._routed("hamming_score", ids, code, field)
+    def hamming_score(self, codes: Codes, ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {f: {} for f in codes}
+        for kb, local in self._split(ids).items():
+            for f, scores in self.engines[kb].hamming_score(codes, local).items():
+                out[f].update({f"{kb}{SEP}{i}": s for i, s in scores.items()})
+        return out
 
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         return self._routed("vector_score", ids, vec)

@@ -127,8 +127,9 @@ def _compare_hdc(report: ParityReport, queries: Sequence[Query], engines: dict[s
         codes = left.hdc_encoder().encode_query(text)
         cand = set(HdcChannel().retrieve(QueryContext(text), left, 50).ids)
         cand |= set(HdcChannel().retrieve(QueryContext(text), right, 50).ids)
-        for f, code in codes.items():
-            sa, sb = left.hamming_score(code, f, sorted(cand)), right.hamming_score(code, f, sorted(cand))
+        scores_a, scores_b = left.hamming_score(codes, sorted(cand)), right.hamming_score(codes, sorted(cand))
+        for f in codes:
+            sa, sb = scores_a[f], scores_b[f]
             if set(sa) != set(sb):
                 report.hdc_max_abs_diff = float("inf")
             for i in sa.keys() & sb.keys():

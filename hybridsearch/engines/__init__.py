@@ -269,12 +269,14 @@ def sample_order(ids: Sequence[str], n: int) -> list[int]:
 
 @runtime_checkable
 class BinarySearch(Protocol):
-    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
-        """Candidates nearest to `code` in one HDC field. Scores: 1 - hamming/4096."""
+    def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
+        """Per HDC field of `codes`, the candidates nearest to its code (the fields in one round
+        trip where the engine is remote). Scores: 1 - hamming/4096."""
         ...
 
-    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity to chosen chunks' codes of `field` (a chunk without one has no entry)."""
+    def hamming_score(self, codes: Codes, ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Per HDC field of `codes`, exact similarity of its code to the chosen chunks' codes of
+        that field (a chunk without one has no entry)."""
         ...
 
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
@@ -349,14 +351,17 @@ def check_codes(codes: Sequence[Codes], n: int) -> list[Codes]:
     return codes
 
 
-def check_query_code(code: np.ndarray, field: str) -> np.ndarray:
-    """A query's HDC code for a known field: 512 packed uint8 bytes."""
-    if field not in HDC_FIELDS:
-        raise QueryError(f"unknown HDC field {field!r}; valid: {', '.join(HDC_FIELDS)}")
-    c = np.asarray(code)
-    if c.dtype != np.uint8 or c.shape != (NBYTES,):
-        raise QueryError(f"an HDC code is {NBYTES} uint8 bytes, got {c.dtype} {c.shape}")
-    return c
+def check_query_codes(codes: Codes) -> dict[str, np.ndarray]:
+    """A query's HDC codes: known fields, each 512 packed uint8 bytes."""
+    out = {}
+    for name, code in codes.items():
+        if name not in HDC_FIELDS:
+            raise QueryError(f"unknown HDC field {name!r}; valid: {', '.join(HDC_FIELDS)}")
+        c = np.asarray(code)
+        if c.dtype != np.uint8 or c.shape != (NBYTES,):
+            raise QueryError(f"an HDC code is {NBYTES} uint8 bytes, got {c.dtype} {c.shape} for {name}")
+        out[name] = c
+    return out
 
 
 def check_lexicon(stored: str | None, analyzer: Analyzer, where: str) -> None:

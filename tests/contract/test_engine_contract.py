@@ -19,9 +19,9 @@ from hybridsearch.engines import (
     WorkLinks,
     sample_keys,
 )
-from hybridsearch.errors import QueryError, ValidationError
+from hybridsearch.errors import EngineError, IndexNotFoundError, QueryError, ValidationError
 from hybridsearch.hdc import HdcEncoder
-from hybridsearch.models import DateRange, DocInfo, Document, Filters
+from hybridsearch.models import DateRange, DocInfo, Document, Filters, RankedList
 from hybridsearch.scoring import bm25_idf
 
 
@@ -154,18 +154,51 @@ def test_dense_scores_are_raw_cosine(engine) -> None:
 
 def test_hamming_scores_are_exact_similarities(engine) -> None:
     q = ENC.encode_query("compact open cover")
-    hits = engine.hamming(CODES[0]["topic"], "topic", 3)
+    hits = engine.hamming({"topic": CODES[0]["topic"]}, 3)["topic"]
     assert hits.ids[0] == "a" and hits.scores[0] == 1.0
-    exact = engine.hamming_score(q["claim"], "claim", ["a", "b", "c", "missing"])
+    exact = engine.hamming_score({"claim": q["claim"]}, ["a", "b", "c", "missing"])["claim"]
     for i, d in enumerate(DOCS[:3]):
         d_bits = int(np.unpackbits(np.bitwise_xor(q["claim"], CODES[i]["claim"])).sum())
         assert exact[d.id] == pytest.approx(1 - d_bits / 4096, abs=1e-12)
     # role is empty on b and c: no code, never matches
-    assert set(engine.hamming_score(CODES[0]["role"], "role", ["a", "b", "c"])) == {"a"}
-    assert engine.hamming(CODES[0]["role"], "role", 5).ids == ["a"]
+    assert set(engine.hamming_score({"role": CODES[0]["role"]}, ["a", "b", "c"])["role"]) == {"a"}
+    assert engine.hamming({"role": CODES[0]["role"]}, 5)["role"].ids == ["a"]
     with pytest.raises(QueryError, match="unknown HDC field 'tags'; valid: topic, claim, role, acts"):
-        engine.hamming(q["topic"], "tags", 3)
+        engine.hamming({"topic": q["topic"], "tags": q["topic"]}, 3)
+    with pytest.raises(QueryError, match=r"an HDC code is 512 uint8 bytes, got int64 \(512,\) for claim"):
+        engine.hamming_score({"topic": q["topic"], "claim": q["claim"].astype(np.int64)}, ["a"])
     assert engine.hdc_encoder().ngrams is False
+
+
+def test_hamming_of_several_fields_equals_each_field_alone(engine) -> None:
+    q = ENC.encode_query("compact open cover of a Banach space")
+    assert set(q) >= {"topic", "claim"}
+    both = engine.hamming(q, 3)
+    scores = engine.hamming_score(q, ["a", "b", "c", "missing"])
+    assert set(both) == set(scores) == set(q)
+    for f, code in q.items():
+        assert both[f] == engine.hamming({f: code}, 3)[f] and both[f].ids
+        assert scores[f] == engine.hamming_score({f: code}, ["a", "b", "c", "missing"])[f] and scores[f]
+    assert engine.hamming(q, 0) == {f: RankedList.of(f"hdc:{f}", [], []) for f in q}
+    assert engine.hamming_score(q, []) == {f: {} for f in q}
+    if hasattr(engine, "client"):  # OpenSearch: every field in one _msearch round trip, no other search
+        sent = []
+        msearch, search = engine._msearch, engine._search
+        engine._msearch = lambda bodies, what: sent.append((what, len(bodies))) or msearch(bodies, what)
+        engine._search = lambda body, what, **kw: sent.append(what) or search(body, what, **kw)
+        assert engine.hamming(q, 3) == both and engine.hamming_score(q, ["a", "b", "c", "missing"]) == scores
+        assert sent == [("hamming", len(q)), ("hamming score", len(q))]
+
+
+@pytest.mark.opensearch
+def test_opensearch_msearch_failures_are_one_clear_error(opensearch_index) -> None:
+    """A search inside an `_msearch` that fails raises what the same search alone would."""
+    q = ENC.encode_query("compact open cover")
+    with pytest.raises(IndexNotFoundError, match=r"no index 'test-.*' at http.*; ingest into it first$"):
+        opensearch_index.hamming(q, 3)
+    opensearch_index.write(DOCS, VECS, CODES)
+    with pytest.raises(EngineError, match=r"^OpenSearch hamming failed: parsing_exception: .*no_such_query"):
+        opensearch_index._msearch([{"query": {"match_all": {}}}, {"query": {"no_such_query": {}}}], "hamming")
 
 
 @pytest.mark.parametrize(("filters", "bm25_ids", "dense_ids"), [
@@ -185,7 +218,7 @@ def test_hamming_scores_are_exact_similarities(engine) -> None:
 def test_filters_mean_the_same_in_every_channel(engine, filters, bm25_ids, dense_ids) -> None:
     assert set(engine.bm25("compact", k=10, filters=filters).ids) == bm25_ids
     assert set(engine.knn(VECS[0], 10, filters).ids) == dense_ids
-    assert set(engine.hamming(CODES[0]["topic"], "topic", 10, filters).ids) == dense_ids
+    assert set(engine.hamming({"topic": CODES[0]["topic"]}, 10, filters)["topic"].ids) == dense_ids
 
 
 def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
@@ -194,11 +227,11 @@ def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
     engine.write([new], new_vec, [ENC.encode_document(new)])
     assert "a" not in engine.bm25("compact").ids and engine.bm25("connectedness").ids == ["a"]
     assert engine.knn(new_vec[0], 1).ids == ["a"] and engine.knn(VECS[0], 3).ids.count("a") == 1
-    assert engine.hamming(ENC.encode_document(new)["topic"], "topic", 1).ids == ["a"]
+    assert engine.hamming({"topic": ENC.encode_document(new)["topic"]}, 1)["topic"].ids == ["a"]
     assert engine.get(["a"])["a"] == new and engine.count() == 3
     assert engine.delete(["b", "nope"]) == ["b"]
     assert "b" not in engine.bm25("compact").ids and "b" not in engine.knn(VECS[1], 3).ids
-    assert "b" not in engine.hamming(CODES[1]["topic"], "topic", 3).ids
+    assert "b" not in engine.hamming({"topic": CODES[1]["topic"]}, 3)["topic"].ids
     assert engine.count() == 2 and engine.get(["b"]) == {}
 
 

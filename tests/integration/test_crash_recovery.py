@@ -129,6 +129,6 @@ def test_kill_mid_batch_loses_nothing_acknowledged(tmp_path) -> None:
                 assert e.bm25(f"uniq{b}x{i}", k=1).ids == [doc_id]
                 assert e.knn(_vec(b, i), 1).ids == [doc_id]
                 code = enc.encode_document(e.get([doc_id])[doc_id])["claim"]
-                assert e.hamming(code, "claim", 1).ids == [doc_id]
+                assert e.hamming({"claim": code}, 1)["claim"].ids == [doc_id]
                 assert e.get([doc_id])[doc_id].title == f"batch {b} item {i}"
         assert len(e.bm25("shared", k=100_000).ids) == len(stored)

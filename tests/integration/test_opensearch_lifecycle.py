@@ -188,7 +188,7 @@ def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, na
     engine.write(docs, vecs, [hdc.encode_document(d) for d in docs])
     ids = [d.id for d in docs]
     before_docs, before_vecs = engine.get(ids), engine.vectors(ids)
-    before_hits = engine.hamming(hdc.encode_query(docs[0].title)["topic"], "topic", k=5).ids
+    before_hits = engine.hamming({"topic": hdc.encode_query(docs[0].title)["topic"]}, k=5)["topic"].ids
     try:
         admin.repo_add(repo)
         snap = admin.snapshot_create("snap-1", repo, [name])
@@ -206,7 +206,7 @@ def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, na
         assert set(after_vecs) == set(ids)
         assert all(np.array_equal(after_vecs[i], before_vecs[i]) for i in ids)
         assert engine.stats().codes == len(docs)
-        assert engine.hamming(hdc.encode_query(docs[0].title)["topic"], "topic", k=5).ids == before_hits
+        assert engine.hamming({"topic": hdc.encode_query(docs[0].title)["topic"]}, k=5)["topic"].ids == before_hits
         engine.write([Document(id="new", title="written after the restore", text="y")])  # the write alias is back
         assert engine.count() == len(docs) + 1
         with pytest.raises(Exception, match="pass --yes"):

@@ -40,13 +40,13 @@ def engine(tmp_path):
 def test_hamming_search_and_exact_scores(engine) -> None:
     enc = engine.hdc_encoder()
     code = enc.encode_document(DOCS[1])["topic"]
-    hits = engine.hamming(code, "topic", 3)
+    hits = engine.hamming({"topic": code}, 3)["topic"]
     assert hits.ids[0] == "sylow" and hits.scores[0] == 1.0
     assert "no-title" not in hits.ids  # an empty field has no code and never matches
-    exact = engine.hamming_score(code, "topic", ["sylow", "godel", "no-title", "missing"])
+    exact = engine.hamming_score({"topic": code}, ["sylow", "godel", "no-title", "missing"])["topic"]
     assert set(exact) == {"sylow", "godel"} and exact["sylow"] == 1.0
     with pytest.raises(QueryError, match="unknown HDC field 'tags'; valid: topic, claim, role, acts"):
-        engine.hamming(code, "tags", 3)
+        engine.hamming({"tags": code}, 3)
 
 
 def test_channel_rescoring_follows_the_formula(engine) -> None:
@@ -69,9 +69,9 @@ def test_codes_follow_updates_deletes_and_reopen(tmp_path) -> None:
         e.write(DOCS, codes=[enc.encode_document(d) for d in DOCS])
         new = Document(id="sylow", title="Lagrange theorem", text="Subgroup orders divide the group order.")
         e.write([new], codes=[enc.encode_document(new)])
-        assert e.hamming(enc.encode_document(new)["topic"], "topic", 1).ids == ["sylow"]
-        assert e.hamming_score(enc.encode_document(new)["claim"], "claim", ["sylow"]) == {"sylow": 1.0}
-        assert e.hamming_score(enc.encode_document(DOCS[1])["claim"], "claim", ["sylow"])["sylow"] < 0.6
+        assert e.hamming({"topic": enc.encode_document(new)["topic"]}, 1)["topic"].ids == ["sylow"]
+        assert e.hamming_score({"claim": enc.encode_document(new)["claim"]}, ["sylow"]) == {"claim": {"sylow": 1.0}}
+        assert e.hamming_score({"claim": enc.encode_document(DOCS[1])["claim"]}, ["sylow"])["claim"]["sylow"] < 0.6
         e.delete(["godel"])
         # an update written without codes drops the stale ones
         e.write([DOCS[2].model_copy(update={"text": "changed"})])

@@ -87,3 +87,23 @@ def test_citation_expansion_and_authority_work_within_each_knowledge_base(tmp_pa
     s.close()
     for e in engines.values():
         e.close()
+
+
+def test_hdc_codes_are_searched_and_scored_across_knowledge_bases(kbs) -> None:
+    s = Searcher(kbs)
+    codes = s.engine.hdc_encoder().encode_query("fundamental group and Galois group")
+    merged = s.engine.hamming(codes, 10)
+    assert set(merged) == set(codes) and len(codes) >= 2
+    for f in codes:
+        union = sorted(((sc, f"{kb}:{i}") for kb, e in kbs.items() for i, sc in e.hamming(codes, 10)[f].items()),
+                       key=lambda x: (-x[0], x[1]))[:10]
+        assert merged[f].channel == f"hdc:{f}" and list(merged[f].items()) == [(i, sc) for sc, i in union]
+    ids = sorted({i for rl in merged.values() for i in rl.ids}) + ["algebra:missing", "nope:x", "unqualified"]
+    scores = s.engine.hamming_score(codes, ids)
+    for kb, e in kbs.items():
+        local = e.hamming_score(codes, [i.split(":", 1)[1] for i in ids if i.startswith(f"{kb}:")])
+        for f in codes:
+            assert {i: v for i, v in scores[f].items() if i.startswith(f"{kb}:")} == {
+                f"{kb}:{i}": v for i, v in local[f].items()}
+    assert all(i.split(":", 1)[0] in kbs for f in codes for i in scores[f])
+    s.close()

@@ -28,7 +28,7 @@ from hybridsearch.engines import (
     WorkLinks,
     check_codes,
     check_lexicon,
-    check_query_code,
+    check_query_codes,
     check_query_vector,
     check_vectors,
     sample_order,
@@ -36,7 +36,7 @@ from hybridsearch.engines import (
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
 from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
-from hybridsearch.errors import EngineError, QueryError
+from hybridsearch.errors import EngineError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
 from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
@@ -281,26 +281,24 @@ class EmbeddedEngine:
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: s for lb, s in self.dense_index.score(vec, list(labels)).items()}
 
-    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
-        """Nearest codes of one HDC field; scores are similarities 1 - hamming/4096."""
-        code = check_query_code(code, field)
-        index = self._hdc_index(field)
+    def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
+        """Per field, the nearest codes; scores are similarities 1 - hamming/4096."""
+        codes = check_query_codes(codes)
+        indexes = {f: self._hdc_index(f) for f in codes}
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
-        labels, scores = index.search(code, k, allowed)
-        return self._ranked(f"hdc:{field}", labels, scores)
+        return {f: self._ranked(f"hdc:{f}", *indexes[f].search(code, k, allowed)) for f, code in codes.items()}
 
-    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of `code` to the chosen documents' codes of `field` (absent: no entry)."""
-        code = check_query_code(code, field)
-        index = self._hdc_index(field)
+    def hamming_score(self, codes: Codes, ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Per field, exact similarity to the chosen documents' codes (absent: no entry)."""
+        codes = check_query_codes(codes)
+        indexes = {f: self._hdc_index(f) for f in codes}
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
-        return {labels[lb]: s for lb, s in index.score(code, list(labels)).items()}
+        return {f: {labels[lb]: s for lb, s in indexes[f].score(code, list(labels)).items()}
+                for f, code in codes.items()}
 
     def _hdc_index(self, field: str) -> DenseIndex:
-        if field not in HDC_FIELDS:
-            raise QueryError(f"unknown HDC field {field!r}; valid: {', '.join(HDC_FIELDS)}")
         return self._vector_indexes[f"hdc:{field}"][0]
 
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:

@@ -36,7 +36,7 @@ from hybridsearch.engines import (
     WorkLinks,
     check_codes,
     check_lexicon,
-    check_query_code,
+    check_query_codes,
     check_query_vector,
     check_vectors,
 )
@@ -232,6 +232,21 @@ class OpenSearchEngine:
         with self._errors(what):
             result: dict[str, Any] = self.client.search(index=self.index, body=body, **params)
         return result
+
+    def _msearch(self, bodies: Sequence[dict[str, Any]], what: str) -> list[list[dict[str, Any]]]:
+        """Several searches in one `_msearch` round trip: each search's hits, in order. A search
+        that fails raises as `_search` would."""
+        if not bodies:
+            return []
+        with self._errors(what):
+            got = self.client.msearch(index=self.index, body=[line for b in bodies for line in ({}, b)])
+            for r in got["responses"]:
+                if "error" in r:
+                    status, err = int(r.get("status", 500)), r["error"]
+                    kind = err.get("type", "") if isinstance(err, dict) else str(err)
+                    raise opensearchpy.exceptions.HTTP_EXCEPTIONS.get(status, opensearchpy.TransportError)(
+                        status, kind, r)
+        return [r["hits"]["hits"] for r in got["responses"]]
 
     def _live(self, what: str) -> tuple[str, dict[str, Any]]:
         """The version behind the read alias and its hybridsearch `_meta`, in one request."""
@@ -653,29 +668,33 @@ class OpenSearchEngine:
         return out
 
     # -- HDC ------------------------------------------------------------------------------------
-    def hamming(self, code: np.ndarray, field: str, k: int = 10, filters: Filters | None = None) -> RankedList:
-        """Candidates from the binary HNSW of `hdc_<field>`; scores 1 - d/4096."""
-        q = self._code(code, field)
+    def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
+        """Per field, candidates from the binary HNSW of `hdc_<field>`, all fields in one
+        `_msearch`; scores 1 - d/4096."""
+        q = self._codes(codes)
         if k <= 0:
-            return RankedList.of(f"hdc:{field}", [], [])
-        body = Q.knn_query(f"hdc_{field}", q, k, filters, self.settings.opensearch_ef_search)
-        hits = self._search(body, "hamming")["hits"]["hits"]
-        return RankedList.of(f"hdc:{field}", [Q.hit_id(h) for h in hits],
-                             [Q.hamming_similarity(float(h["_score"])) for h in hits])
+            return {f: RankedList.of(f"hdc:{f}", [], []) for f in q}
+        ef = self.settings.opensearch_ef_search
+        got = self._msearch([Q.knn_query(f"hdc_{f}", v, k, filters, ef) for f, v in q.items()], "hamming")
+        return {f: RankedList.of(f"hdc:{f}", [Q.hit_id(h) for h in hits],
+                                 [Q.hamming_similarity(float(h["_score"])) for h in hits])
+                for f, hits in zip(q, got, strict=True)}
 
-    def hamming_score(self, code: np.ndarray, field: str, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity by the k-NN scoring script (space hamming scores 1 / (1 + d))."""
-        q = self._code(code, field)
+    def hamming_score(self, codes: Codes, ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Exact similarity by the k-NN scoring script (space hamming scores 1 / (1 + d)), every
+        field and page of ids in one `_msearch`."""
+        q = self._codes(codes)
         ids = list(dict.fromkeys(ids))
-        out: dict[str, float] = {}
-        for i in range(0, len(ids), _PAGE):
-            hits = self._search(Q.exact_score_query(f"hdc_{field}", "hamming", q, ids[i:i + _PAGE]),
-                                "hamming score")["hits"]["hits"]
-            out.update({Q.hit_id(h): Q.hamming_similarity(float(h["_score"])) for h in hits})
+        pages = [(f, ids[i:i + _PAGE]) for f in q for i in range(0, len(ids), _PAGE)]
+        got = self._msearch([Q.exact_score_query(f"hdc_{f}", "hamming", q[f], page) for f, page in pages],
+                            "hamming score")
+        out: dict[str, dict[str, float]] = {f: {} for f in q}
+        for (f, _), hits in zip(pages, got, strict=True):
+            out[f].update({Q.hit_id(h): Q.hamming_similarity(float(h["_score"])) for h in hits})
         return out
 
-    def _code(self, code: np.ndarray, field: str) -> list[int]:
-        return Q.packed_to_int8(check_query_code(code, field))
+    def _codes(self, codes: Codes) -> dict[str, list[int]]:
+        return {f: Q.packed_to_int8(c) for f, c in check_query_codes(codes).items()}
 
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
         """The encoder with the options stored in the index's metadata (fixed at creation, to the
