@@ -13,6 +13,7 @@ the OpenSearch index `bench-<dataset>` is created fresh and dropped at the end u
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import sys
@@ -130,10 +131,13 @@ def print_ingest(fig: dict[str, tuple[int, float]]) -> None:
 def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries: Sequence[Query],
                   enc: Encoder) -> None:
     """BM25, dense kNN (query embedded beforehand), the HDC channel and the `hybrid` profile end to
-    end, per engine. Each figure in its own loop: torch's OpenMP threads spin for a while after an embedding, and
-    interleaving would charge that to the next call."""
+    end, per engine, the heap frozen as the service freezes it. Each figure in its own loop:
+    torch's OpenMP threads spin for a while after an embedding, and interleaving would charge that
+    to the next call."""
     texts = [q.text for q in queries]
     rows: dict[str, dict[str, list[float]]] = {n: {} for n in engines}
+    gc.collect()
+    gc.freeze()  # as `hybridsearch serve` does once it has loaded the model
     for n, e in engines.items():
         rows[n]["bm25"] = timed(partial(e.bm25, k=DEPTH), texts)[0]
     search = engines["opensearch"]

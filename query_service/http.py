@@ -10,6 +10,7 @@ loop; the model is loaded once per process, before the service says it is ready.
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
@@ -279,6 +280,12 @@ def _open(state: ServiceState) -> None:
     encoder = default_encoder()
     encoder.encode(["warm up"], query=True)  # loads the model (and its query runtime) now, not on the first request
     state.searcher = Searcher(state.engine, encoder=encoder, query_log=open_query_log(state.engine), origin="http")
+    # What is loaded by now (the model, the modules: about 480,000 objects) lives as long as the
+    # service. Frozen, it is left out of the collector's full passes, which otherwise walk all of it:
+    # about 230 ms each, once in about 100 searches of the hdc profile (CACM on OpenSearch: p99
+    # 250 ms, frozen 23 ms).
+    gc.collect()
+    gc.freeze()
     state.ready = True
 
 
