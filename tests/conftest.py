@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "hybridsearch" / "data" / "demo"
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@contextmanager
+def opensearch_requests(engine: Any) -> Iterator[list[tuple[str, list[dict[str, Any]]]]]:
+    """The searches an OpenSearch engine sends meanwhile, one entry per round trip: what it is for,
+    and its bodies (one for a search, several for an `_msearch`)."""
+    sent: list[tuple[str, list[dict[str, Any]]]] = []
+    search, msearch = engine._search, engine._msearch
+    engine._search = lambda body, what, **kw: sent.append((what, [body])) or search(body, what, **kw)
+    engine._msearch = lambda bodies, what: sent.append((what, list(bodies))) or msearch(bodies, what)
+    try:
+        yield sent
+    finally:
+        del engine._search, engine._msearch
 
 
 @pytest.fixture(scope="session")

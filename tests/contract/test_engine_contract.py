@@ -23,6 +23,7 @@ from hybridsearch.errors import EngineError, IndexNotFoundError, QueryError, Val
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import DateRange, DocInfo, Document, Filters, RankedList
 from hybridsearch.scoring import bm25_idf
+from tests.conftest import opensearch_requests
 
 
 def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -182,12 +183,9 @@ def test_hamming_of_several_fields_equals_each_field_alone(engine) -> None:
     assert engine.hamming(q, 0) == {f: RankedList.of(f"hdc:{f}", [], []) for f in q}
     assert engine.hamming_score(q, []) == {f: {} for f in q}
     if hasattr(engine, "client"):  # OpenSearch: every field in one _msearch round trip, no other search
-        sent = []
-        msearch, search = engine._msearch, engine._search
-        engine._msearch = lambda bodies, what: sent.append((what, len(bodies))) or msearch(bodies, what)
-        engine._search = lambda body, what, **kw: sent.append(what) or search(body, what, **kw)
-        assert engine.hamming(q, 3) == both and engine.hamming_score(q, ["a", "b", "c", "missing"]) == scores
-        assert sent == [("hamming", len(q)), ("hamming score", len(q))]
+        with opensearch_requests(engine) as sent:
+            assert engine.hamming(q, 3) == both and engine.hamming_score(q, ["a", "b", "c", "missing"]) == scores
+        assert [(what, len(bodies)) for what, bodies in sent] == [("hamming", len(q)), ("hamming score", len(q))]
 
 
 @pytest.mark.opensearch
@@ -296,10 +294,9 @@ def test_doc_info_is_the_documents_own(engine) -> None:
     assert infos["long"].authors == ("A", "Z") and infos["long"].subjects == ("analysis", "topology")
     assert len(infos["long"].title) > 4096 and infos["c"].subjects == ("analysis", "operator algebras")
     if hasattr(engine, "client"):  # OpenSearch: an id that does not exist costs one request, not two
-        sent = []
-        search = engine._search
-        engine._search = lambda body, what, **kw: sent.append(what) or search(body, what, **kw)
-        assert engine.doc_info(["missing"]) == {} and sent == ["doc info"]
+        with opensearch_requests(engine) as sent:
+            assert engine.doc_info(["missing"]) == {}
+        assert [what for what, _ in sent] == ["doc info"]
 
 
 def test_citation_graph(engine) -> None:
@@ -322,11 +319,9 @@ def test_citation_graph(engine) -> None:
     # what the reranker reads: the authority alone, the same as in the neighbour lists
     assert engine.authority(["a", "b", "c", "missing"]) == {i: nb[i].authority for i in "abc"}
     if hasattr(engine, "client"):  # OpenSearch: from the binary doc value `graph.lists`, in one request
-        sent = []
-        search = engine._search
-        engine._search = lambda body, what, **kw: sent.append(body.get("docvalue_fields")) or search(body, what, **kw)
-        assert engine.neighbors(["a", "b", "c", "missing"]) == nb and len(sent) == 1 and "graph.lists" in sent[0]
-        del engine._search
+        with opensearch_requests(engine) as sent:
+            assert engine.neighbors(["a", "b", "c", "missing"]) == nb
+        assert len(sent) == 1 and "graph.lists" in sent[0][1][0]["docvalue_fields"], sent
     assert update_graph(engine) == (summary, False)
 
     engine.write([Document(id="d", title="Tychonoff theorem", text="Products of compact spaces are compact.",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hybridsearch.models import Document
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, opensearch_requests
 
 pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
@@ -274,12 +274,10 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
     admin.reindex(name)
     assert not admin.status(name)["warnings"]
     # the copy filled title_bin: both chunks' DocInfo in one doc-values request
-    sent = []
-    search = engine._search
-    engine._search = lambda body, what, **kw: sent.append(body.get("docvalue_fields")) or search(body, what, **kw)
-    got = engine.doc_info(["old", "new"])
+    with opensearch_requests(engine) as sent:
+        got = engine.doc_info(["old", "new"])
     assert {i: info.title for i, info in got.items()} == {"old": "Ancient title", "new": "Fresh title"}
-    assert len(sent) == 1 and "title_bin" in sent[0], sent
+    assert len(sent) == 1 and "title_bin" in sent[0][1][0]["docvalue_fields"], sent
 
 
 def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url
@@ -295,17 +293,17 @@ def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(
     # chunk b as a version without `graph.lists` wrote it
     admin.client.update(index=f"{name}-write", id="b", body={"script": "ctx._source.graph.remove('lists')"},
                         params={"refresh": "true"})
-    sent: list[str] = []
-    search = engine._search
-    engine._search = lambda body, what, **kw: sent.append(what) or search(body, what, **kw)
-    assert engine.neighbors(["a", "b", "missing"]) == want and sent == ["neighbors", "neighbors"]
+    with opensearch_requests(engine) as sent:
+        assert engine.neighbors(["a", "b", "missing"]) == want
+    assert [what for what, _ in sent] == ["neighbors", "neighbors"]
     (warning,) = [w for w in admin.status(name)["warnings"] if "graph.lists" in w]
     assert warning.startswith("chunks whose citation graph was written before `graph.lists` existed: 1;"), warning
     forced = run("graph", "--url", opensearch_url, "--index", name, "--force")
     assert forced.returncode == 0, forced.stderr
     assert not [w for w in admin.status(name)["warnings"] if "graph.lists" in w]
-    sent.clear()
-    assert engine.neighbors(["a", "b", "missing"]) == want and sent == ["neighbors"]
+    with opensearch_requests(engine) as sent:
+        assert engine.neighbors(["a", "b", "missing"]) == want
+    assert [what for what, _ in sent] == ["neighbors"]
     engine.close()
 
 
