@@ -13,7 +13,6 @@ the OpenSearch index `bench-<dataset>` is created fresh and dropped at the end u
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shutil
 import sys
@@ -43,6 +42,7 @@ from indexer.loaders import load_qrels, load_queries  # noqa: E402
 from query_service.channels import Bm25Config, HdcChannel, QueryContext  # noqa: E402
 from query_service.evaluate import prepare_index  # noqa: E402
 from query_service.fusion import WeightedConfig, WeightedFuser  # noqa: E402
+from query_service.http import freeze_loaded  # noqa: E402
 from query_service.parity import compare, copy_corpus  # noqa: E402
 from query_service.profiles import Profile  # noqa: E402
 from query_service.searcher import Searcher, adhoc_profile, get_profile  # noqa: E402
@@ -136,8 +136,7 @@ def bench_latency(engines: dict[str, EmbeddedEngine | OpenSearchEngine], queries
     to the next call."""
     texts = [q.text for q in queries]
     rows: dict[str, dict[str, list[float]]] = {n: {} for n in engines}
-    gc.collect()
-    gc.freeze()  # as `hybridsearch serve` does once it has loaded the model
+    freeze_loaded()  # as `hybridsearch serve` does once it has loaded the model
     for n, e in engines.items():
         rows[n]["bm25"] = timed(partial(e.bm25, k=DEPTH), texts)[0]
     search = engines["opensearch"]

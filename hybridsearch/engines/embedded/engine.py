@@ -284,18 +284,16 @@ class EmbeddedEngine:
     def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
         """Per field, the nearest codes; scores are similarities 1 - hamming/4096."""
         codes = check_query_codes(codes)
-        indexes = {f: self._hdc_index(f) for f in codes}
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
-        return {f: self._ranked(f"hdc:{f}", *indexes[f].search(code, k, allowed)) for f, code in codes.items()}
+        return {f: self._ranked(f"hdc:{f}", *self._hdc_index(f).search(code, k, allowed)) for f, code in codes.items()}
 
     def hamming_score(self, codes: Codes, ids: Sequence[str]) -> dict[str, dict[str, float]]:
         """Per field, exact similarity to the chosen documents' codes (absent: no entry)."""
         codes = check_query_codes(codes)
-        indexes = {f: self._hdc_index(f) for f in codes}
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
-        return {f: {labels[lb]: s for lb, s in indexes[f].score(code, list(labels)).items()}
+        return {f: {labels[lb]: s for lb, s in self._hdc_index(f).score(code, list(labels)).items()}
                 for f, code in codes.items()}
 
     def _hdc_index(self, field: str) -> DenseIndex:
