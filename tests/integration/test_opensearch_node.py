@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from hybridsearch.config import Settings
 from hybridsearch.engines.opensearch import node as node_mod
+from hybridsearch.engines.opensearch.engine import OpenSearchEngine
 from hybridsearch.engines.opensearch.node import (
     OPENSEARCH_VERSION,
     SERVICE_USER,
@@ -32,6 +34,7 @@ from hybridsearch.engines.opensearch.node import (
 )
 from hybridsearch.engines.opensearch.node_cli import add_parser
 from hybridsearch.errors import ConfigError, EngineUnavailableError
+from hybridsearch.models import Document
 
 NODE_MARKS = [pytest.mark.integration, pytest.mark.opensearch, pytest.mark.slow]
 SETTINGS_ENV = ("HYBRIDSEARCH_OPENSEARCH_PORT", "HYBRIDSEARCH_OPENSEARCH_HOME", "HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT")
@@ -297,6 +300,44 @@ class TestLocalNode:
         assert node.start(timeout=240) == url  # same port, taken from the stale state
         assert node.pid not in (None, pid)
         assert _call("GET", f"{url}/survivor/_doc/1")["_source"] == {"text": "still here"}
+
+    def test_refuses_faiss_fields_the_node_cannot_load(self, running: tuple[LocalNode, str]) -> None:
+        # the k-NN zip has no native libraries: a faiss field would kill the node at its first refresh
+        _, url = running
+        attrs = _call("GET", f"{url}/_cat/nodeattrs?format=json")
+        assert ("knn_native_libraries", "absent") in [(a["attr"], a["value"]) for a in attrs]
+        engine = OpenSearchEngine(url, index="faiss-refused", settings=Settings(opensearch_knn_engine="faiss"))
+        with pytest.raises(ConfigError, match=r"^opensearch_knn_engine: 'faiss' needs the k-NN plugin's native "
+                                              r"libraries, which node it lacks .*use 'lucene'$"):
+            engine.write([Document(id="d1", title="t", text="a chunk")])
+        assert not [i for i in _call("GET", f"{url}/_cat/indices?format=json") if "faiss" in i["index"]]
+        templates = _call("GET", f"{url}/_index_template")["index_templates"]
+        assert "hybridsearch-faiss-refused" not in {t["name"] for t in templates}
+        assert _call("GET", f"{url}/_cluster/health")["status"] in ("green", "yellow")
+
+    def test_starts_with_a_red_index_and_names_it(self, running: tuple[LocalNode, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+        # a primary with no node to go to stays red however long one waits: the node must still
+        # come up, so that the index can be restored or deleted, and say which index is red
+        node, url = running
+        _call("PUT", f"{url}/stranded?wait_for_active_shards=0", {"settings": {
+            "number_of_shards": 1, "number_of_replicas": 0, "index.routing.allocation.require._name": "nowhere"}})
+        assert node.kill() is not None  # a crash keeps the port
+        began = time.monotonic()
+        assert node.start(timeout=120) == url
+        assert time.monotonic() - began < 100
+        st = node.status()
+        assert st.running and st.health == "red" and st.red_indices == ["stranded"]
+        base = ["--home", str(node.home), "--name", node.name]
+        assert _cli(["opensearch", "start", *base]) == 0  # already running: answers at once, and warns
+        out, err = capsys.readouterr()
+        assert out.splitlines()[-1] == url
+        assert "cluster is red" in err and "of stranded;" in err and f"curl -X DELETE {url}/stranded" in err
+        assert _cli(["opensearch", "status", *base]) == 0
+        assert {"health: red", "red_indices: stranded"} <= set(capsys.readouterr().out.splitlines())
+        _call("DELETE", f"{url}/stranded")
+        st = node.status()
+        assert st.health in ("green", "yellow") and st.red_indices == []
 
     def test_too_short_timeout_fails_with_log_tail_and_leaves_nothing(self, running: tuple[LocalNode, str]) -> None:
         node = LocalNode(running[0].home, "short")

@@ -33,6 +33,7 @@ from hybridsearch.engines.opensearch.engine import (
     make_client,
     translate_errors,
 )
+from hybridsearch.engines.opensearch.node import NATIVE_KNN_ATTR
 from hybridsearch.errors import ConfigError, EngineError, HybridSearchError, IndexNotFoundError
 
 _log = logging.getLogger("hybridsearch.opensearch")
@@ -166,7 +167,15 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
 
 def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine) -> list[Change]:
     """The chunk component template and the index template of logical index `index`, put where
-    missing or different from this version's."""
+    missing or different from this version's. Refuses a k-NN engine other than Lucene on a cluster
+    with a node that lacks the k-NN plugin's native libraries (as `hybridsearch opensearch start`'s
+    node does): the first refresh of such a field would kill that node, and every start after it."""
+    if knn_engine != "lucene":
+        lacking = sorted({a["node"] for a in client.cat.nodeattrs(format="json")
+                          if a.get("attr") == NATIVE_KNN_ATTR and a.get("value") == "absent"})
+        if lacking:
+            raise ConfigError(f"opensearch_knn_engine: {knn_engine!r} needs the k-NN plugin's native libraries, "
+                              f"which node {', '.join(lacking)} lacks (assembled from Maven Central); use 'lucene'")
     return [put_template(client, "component template", f"hybridsearch-chunks-{knn_engine}",
                          Q.chunks_template(knn_engine)),
             put_template(client, "index template", f"hybridsearch-{index}", Q.index_template(index, knn_engine))]

@@ -434,12 +434,57 @@ def _http_json(url: str, timeout: float) -> Any:
         return json.loads(r.read().decode())
 
 
-def _answers(url: str, timeout: float = 3.0) -> bool:
+def _health(url: str, timeout: float = 3.0) -> dict[str, Any] | None:
+    """The cluster's health once the node answers, after waiting up to 1 s for yellow; None until
+    it answers."""
     try:
-        _http_json(f"{url}/_cluster/health?wait_for_status=yellow&timeout=1s", timeout)
+        body = _http_json(f"{url}/_cluster/health?wait_for_status=yellow&timeout=1s", timeout)
+    except urllib.error.HTTPError as e:  # 408: not yellow within the second; the body is the health
+        if e.code != 408:
+            return None
+        try:
+            body = json.loads(e.read().decode())
+        except (OSError, ValueError):
+            return None
     except (OSError, ValueError):
-        return False
-    return True
+        return None
+    return body if isinstance(body, dict) else None
+
+
+# the node attribute with which a node assembled here says that its k-NN plugin lacks the native
+# (faiss, nmslib) libraries; `admin.apply_chunk_templates` reads it
+NATIVE_KNN_ATTR = "knn_native_libraries"
+
+# how long a red cluster must have nothing left to recover before a start counts it as up
+RED_SETTLE_S = 5.0
+
+
+class _Ready:
+    """Whether a node that answers is ready: its cluster yellow or green, or red with nothing left
+    to recover (no shard initialising, relocating or delayed, no task pending) for RED_SETTLE_S.
+    A primary shard with no copy to start from (its data gone, or an index the node cannot open)
+    stays red however long one waits, and the node must be up for it to be restored or deleted."""
+
+    def __init__(self) -> None:
+        self.red_since: float | None = None
+
+    def __call__(self, url: str, timeout: float = 3.0) -> bool:
+        h = _health(url, timeout)
+        if h is not None and h.get("status") in ("green", "yellow"):
+            return True
+        busy = ("initializing_shards", "relocating_shards", "delayed_unassigned_shards", "number_of_pending_tasks")
+        if h is None or h.get("status") != "red" or any(h.get(k) for k in busy):
+            self.red_since = None
+            return False
+        now = time.monotonic()
+        self.red_since = self.red_since or now
+        return now - self.red_since >= RED_SETTLE_S
+
+
+def red_indices(url: str, timeout: float = 5.0) -> list[str]:
+    """The indices whose health is red (a primary shard unassigned), hidden ones included."""
+    rows = _http_json(f"{url}/_cat/indices?health=red&h=index&format=json&expand_wildcards=all", timeout)
+    return sorted(str(r["index"]) for r in rows)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -591,6 +636,8 @@ class NodeStatus:
     node_dir: str
     installed: bool
     user: str | None
+    health: str | None  # the cluster's: green, yellow or red; None when not running or not answering
+    red_indices: list[str]  # when red: the indices with a primary shard unassigned
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -823,6 +870,9 @@ class LocalNode:
             # the bm25 channel sends one term clause per (field, query term): 8 fields x 128 terms
             # already reach OpenSearch's default limit of 1024 clauses
             "indices.query.bool.max_clause_count: 65536\n"
+            # the k-NN zip on Maven Central has no native libraries: a faiss field would kill the
+            # node at its first refresh, so the node says so and hybridsearch refuses to map one
+            f"node.attr.{NATIVE_KNN_ATTR}: absent\n"
             f"path.data: {q(self.data_dir)}\npath.logs: {q(self.logs_dir)}\npath.repo: {q(self.snapshots_dir)}\n")
 
     def _check_reachable(self) -> None:
@@ -884,8 +934,9 @@ class LocalNode:
 
     def start(self, port: int | None = None, timeout: float | None = None,
               progress: Progress | None = None) -> str:
-        """Start the node (installing first if needed) and return its URL once the cluster is yellow or green.
-        If it already runs and answers, return its URL. timeout covers the launch, not the install."""
+        """Start the node (installing first if needed) and return its URL once the cluster is yellow
+        or green, or red with nothing left to recover (see `_Ready`; `red_indices` names them). If it
+        already runs and answers, return its URL. timeout covers the launch, not the install."""
         settings = get_settings()
         timeout = settings.opensearch_start_timeout if timeout is None else timeout
         heap = settings.opensearch_heap
@@ -915,7 +966,8 @@ class LocalNode:
             raise EngineUnavailableError(f"node {self.name!r} runs (pid {pid}) but {self.state_file} has no URL; "
                                          "stop it first (hybridsearch opensearch stop)")
         deadline = time.monotonic() + timeout
-        while not _answers(url):
+        ready = _Ready()
+        while not ready(url):
             if time.monotonic() > deadline or not pid_alive(pid):
                 raise self._failure(f"node {self.name!r} runs (pid {pid}) but {url} does not answer; "
                                     "stop it (hybridsearch opensearch stop) and start it again")
@@ -947,6 +999,7 @@ class LocalNode:
         pid: int | None = None
         seen: int | None = None
         launcher_done: float | None = None
+        ready = _Ready()
         try:
             while True:
                 rc = launcher.poll()
@@ -961,7 +1014,7 @@ class LocalNode:
                     if seen is not None or time.monotonic() - launcher_done > 3.0:
                         raise self._failure(f"OpenSearch node {self.name!r} exited during start-up")
                 remaining = deadline - time.monotonic()
-                if pid is not None and remaining > 0 and _answers(url, timeout=min(3.0, max(remaining, 0.1))):
+                if pid is not None and remaining > 0 and ready(url, timeout=min(3.0, max(remaining, 0.1))):
                     break
                 if time.monotonic() >= deadline:
                     raise self._failure(f"OpenSearch node {self.name!r} did not answer at {url} within {timeout:g} s "
@@ -1016,13 +1069,20 @@ class LocalNode:
         pid = self.running_pid()
         url = state.get("url") if pid is not None else None
         version: str | None = None
+        health: str | None = None
+        red: list[str] = []
         if url:
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 version = _http_json(url, 5)["version"]["number"]
+            health = (_health(url) or {}).get("status")
+            if health == "red":
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    red = red_indices(url)
         java_home = state.get("java_home") if pid is not None else None
         if java_home is None:
             with contextlib.suppress(ConfigError, EngineUnavailableError):
                 java_home = str(choose_java_home().path)
         return NodeStatus(name=self.name, running=pid is not None, url=url, pid=pid, version=version,
                           java_home=java_home, home=str(self.home), node_dir=str(self.node_dir),
-                          installed=self.installed(), user=state.get("user") if pid is not None else None)
+                          installed=self.installed(), user=state.get("user") if pid is not None else None,
+                          health=health, red_indices=red)

@@ -49,7 +49,7 @@ def cmd_opensearch(args: argparse.Namespace) -> int:
     """Run `hybridsearch opensearch start|stop|status`; returns the exit status."""
     import sys
 
-    from hybridsearch.engines.opensearch.node import LocalNode, stderr_progress
+    from hybridsearch.engines.opensearch.node import LocalNode, red_indices, stderr_progress
 
     node = LocalNode(home=args.home, name=args.name)
     action = args.opensearch_action
@@ -60,6 +60,14 @@ def cmd_opensearch(args: argparse.Namespace) -> int:
         url = node.start(port=args.port, timeout=args.timeout, progress=None if args.quiet else stderr_progress)
         if was.running and not args.quiet:
             print(f"node {node.name!r} is already running (pid {was.pid})", file=sys.stderr)
+        try:
+            red = red_indices(url)
+        except (OSError, ValueError):
+            red = []  # the health is checked again by whatever uses the node
+        if red:
+            print(f"warning: the node is up, but its cluster is red: no copy to start from for a primary shard "
+                  f"of {', '.join(red)}; `curl '{url}/_cluster/allocation/explain?pretty'` says why; restore "
+                  f"from a snapshot, or delete (`curl -X DELETE {url}/{red[0]}`)", file=sys.stderr)
         print(url, flush=True)
         return 0
     if action == "stop":
@@ -75,6 +83,8 @@ def cmd_opensearch(args: argparse.Namespace) -> int:
             print(json.dumps(st, indent=2))
         else:
             for key, value in st.items():
+                if isinstance(value, list):
+                    value = ", ".join(value) or None
                 print(f"{key}: {'-' if value is None else str(value).lower() if isinstance(value, bool) else value}")
         return 0 if st["running"] else 1
     raise AssertionError(f"unknown action {action!r}")  # argparse only lets the three through
