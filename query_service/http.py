@@ -33,7 +33,7 @@ from hybridsearch.config import Settings, get_settings
 from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, IndexNotFoundError
 from hybridsearch.models import DateRange, Filters
 from query_service.evidence import EvidenceConfig, pack
-from query_service.keys import ApiKey, KeyStore
+from query_service.keys import RIGHTS, ApiKey, KeyStore
 
 Mode = Literal["lookup", "survey", "compare", "prereq", "related"]
 
@@ -280,6 +280,8 @@ def _open(state: ServiceState) -> None:
     encoder = default_encoder()
     encoder.encode(["warm up"], query=True)  # loads the model (and its query runtime) now, not on the first request
     state.searcher = Searcher(state.engine, encoder=encoder, query_log=open_query_log(state.engine), origin="http")
+    for rights in (("open",), RIGHTS):  # the domain check's measure for either kind of key, taken now
+        state.searcher.measure_domain(rights)
     freeze_loaded()
     state.ready = True
 

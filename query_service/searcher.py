@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -34,6 +35,7 @@ from query_service.rerank import Reranker
 from query_service.stages import alias_variants, keyword_variant
 from query_service.symbolic import expand as expand_symbolic
 
+_log = logging.getLogger("hybridsearch.search")
 DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
 DOMAIN_RESAMPLE_S = 30.0  # a sample short of the index is taken again at most this often
 TITLE_CHECK = 10  # a gated query naming a title among each list's top this many is in the domain
@@ -50,6 +52,21 @@ class _Domain(NamedTuple):
     centroid: np.ndarray | None
     edge: float
     at: float
+
+
+def _measure(engine: Any, licences: tuple[str, ...] | None, count: int) -> _Domain:
+    """The domain check's measure of an index of `count` chunks, over the vectors of these licences
+    (None: all): the centroid of HYBRIDSEARCH_DOMAIN_SAMPLE of them and their lowest cosine with it."""
+    n = get_settings().domain_sample
+    sample = engine.vector_sample(n, None if licences is None else Filters(license=list(licences)))
+    centroid, edge = None, 0.0
+    if len(sample) >= DOMAIN_MIN_VECTORS:
+        mean = sample.mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        if norm > 0:
+            centroid = mean / norm
+            edge = float((sample @ centroid).min())
+    return _Domain(count, len(sample), n, centroid, edge, time.monotonic())
 
 
 def _voicevault_variants(query: str) -> list[str]:
@@ -128,6 +145,8 @@ class Searcher:
         self._pool: ThreadPoolExecutor | None = None
         self._domains: dict[Any, _Domain] = {}  # by index (a MultiEngine: by its bases) and licences
         self._domain_lock = threading.Lock()
+        self._remeasuring: set[Any] = set()  # keys being measured again in the background
+        self._domain_pool: ThreadPoolExecutor | None = None
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
         """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
@@ -385,36 +404,58 @@ class Searcher:
         DOMAIN_MIN_VECTORS vectors, too few to place a centroid. Only the documents of the licences
         the search may see count (the caller's rights, narrowed by a licence filter), so a
         document the caller may not see never decides whether a query is in the domain. The
-        centroid and that edge come from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors, computed
-        again once the index has grown or shrunk by a tenth, and every DOMAIN_RESAMPLE_S seconds
-        while the sample falls short of the index (vectors still being embedded, or documents the
-        search may not see)."""
-        samples = isinstance(engine, VectorSampling)  # checked apart: `engine` stays a whole Reader
-        if not samples:
+        centroid and that edge come from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors: measured by
+        the first search that needs them (or `measure_domain`), and measured again in the
+        background, while searches use the last measure, once the index has grown or shrunk by a
+        tenth, and every DOMAIN_RESAMPLE_S seconds while the sample falls short of the index
+        (vectors still being embedded, or documents the search may not see)."""
+        if not isinstance(engine, VectorSampling):  # checked apart: `engine` stays a whole Reader
             return None
-        count = int(engine.count())
-        licences = tuple(sorted(filters.license)) if filters is not None and filters.license else None
-        index = tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine)
-        key = (index, licences)
-        with self._domain_lock:
-            known = self._domains.get(key)
-            now = time.monotonic()
-            if (known is None or abs(count - known.chunks) * 10 > known.chunks
-                    or (known.sampled < min(count, known.asked) and now - known.at >= DOMAIN_RESAMPLE_S)):
-                n = get_settings().domain_sample
-                sample = engine.vector_sample(n, None if licences is None else Filters(license=list(licences)))
-                centroid, edge = None, 0.0
-                if len(sample) >= DOMAIN_MIN_VECTORS:
-                    mean = sample.mean(axis=0)
-                    norm = float(np.linalg.norm(mean))
-                    if norm > 0:
-                        centroid = mean / norm
-                        edge = float((sample @ centroid).min())
-                known = self._domains[key] = _Domain(count, len(sample), n, centroid, edge, now)
+        known = self._domain(engine, filters)
         if known.centroid is None:
             return None
         at = float(np.asarray(vec) @ known.centroid)
         return f"cosine with the centroid {at:.3f} < {known.edge:.3f}" if at < known.edge else None
+
+    def measure_domain(self, rights: Collection[str] | None = None) -> None:
+        """Measure the domain check's centroid for a caller with `rights` over every knowledge
+        base, so that no search waits for it (the service does this before it is ready)."""
+        if isinstance(self.engine, VectorSampling):
+            self._domain(self.engine, visible(None, rights))
+
+    def _domain(self, engine: Any, filters: Filters | None) -> _Domain:
+        """The last measure of the index for these licences; the first is taken here, later ones
+        in the background when due (see `_outside`)."""
+        count = int(engine.count())
+        licences = tuple(sorted(filters.license)) if filters is not None and filters.license else None
+        key = (tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine), licences)
+        with self._domain_lock:
+            known = self._domains.get(key)
+            if known is None:
+                known = self._domains[key] = _measure(engine, licences, count)
+            elif key not in self._remeasuring and (
+                    abs(count - known.chunks) * 10 > known.chunks
+                    or (known.sampled < min(count, known.asked) and time.monotonic() - known.at >= DOMAIN_RESAMPLE_S)):
+                if self._domain_pool is None:
+                    self._domain_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="domain")
+                self._remeasuring.add(key)
+                self._domain_pool.submit(self._remeasure, key, engine, licences, count)
+            return known
+
+    def _remeasure(self, key: Any, engine: Any, licences: tuple[str, ...] | None, count: int) -> None:
+        try:
+            fresh = _measure(engine, licences, count)
+        except Exception as e:  # noqa: BLE001 - in the background: searches keep the last measure
+            _log.warning("domain check: measuring the index again failed (%s); searches keep the last measure, "
+                         "and it is tried again in %.0f s or after the index changes by a tenth", e, DOMAIN_RESAMPLE_S)
+            with self._domain_lock:
+                self._domains[key] = self._domains[key]._replace(chunks=count, at=time.monotonic())
+        else:
+            with self._domain_lock:
+                self._domains[key] = fresh
+        finally:
+            with self._domain_lock:
+                self._remeasuring.discard(key)
 
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())
@@ -435,8 +476,9 @@ class Searcher:
             raise QueryError(f"search failed: {e}") from e
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
+        for pool in (self._pool, self._domain_pool):
+            if pool is not None:
+                pool.shutdown()
         if self.query_log is not None:
             self.query_log.close()
 

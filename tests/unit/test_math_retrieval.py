@@ -5,6 +5,7 @@ licence fail-closed on every path a restricted document could take."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -231,6 +232,47 @@ def test_restricted_never_decides_the_domain(demo_copy, encoder) -> None:
         assert full.hits and full.hits[0].id == "life-0"
         again = s.search(query, "hybrid", rights={"open"})  # each licence set keeps its own domain
         assert not again.hits and again.diagnostics["reason"] == res.diagnostics["reason"]
+        s.close()
+
+
+def test_the_domain_is_measured_again_beside_the_searches(demo_copy, encoder, monkeypatch) -> None:
+    """Once the domain check has a measure, no search waits for another: when the index has grown
+    by a tenth, searches keep the last measure while a new one is taken in the background."""
+    import threading
+
+    from hybridsearch.models import Document
+    from indexer.pipeline import embed_missing
+
+    query = "ring sizes for engagement rings"
+    threads: list[str] = []
+    sample = EmbeddedEngine.vector_sample
+
+    def recorded(self, n, filters=None):  # the real sample, the thread that took it noted
+        threads.append(threading.current_thread().name)
+        return sample(self, n, filters)
+
+    monkeypatch.setattr(EmbeddedEngine, "vector_sample", recorded)
+    with EmbeddedEngine(demo_copy) as engine:
+        s = Searcher(engine, encoder=encoder)
+        before = s.search(query, "hybrid")
+        assert not before.hits and "centroid" in before.diagnostics["reason"]
+        assert threads == [threading.current_thread().name]  # the first measure: taken by the search
+        # nothing about rings: the query stays below the gate, and its distance to the centroid decides
+        unrelated = EVERYDAY[3:]
+        grown = [Document(id=f"life-{r}-{i}", title=t, text=x) for r in range(3) for i, (t, x) in enumerate(unrelated)]
+        assert len(grown) * 10 > engine.count()
+        engine.write(grown)
+        embed_missing(engine, encoder, progress=False)
+        stale = s.search(query, "hybrid")  # grown by more than a tenth: the last measure still decides
+        assert not stale.hits and stale.diagnostics["reason"] == before.diagnostics["reason"]
+        deadline = time.monotonic() + 30
+        while (after := s.search(query, "hybrid")).diagnostics.get("reason") == before.diagnostics["reason"]:
+            assert time.monotonic() < deadline, "the domain was not measured again"
+            time.sleep(0.05)
+        assert len(threads) == 2 and threads[1].startswith("domain")
+        fresh = Searcher(engine, encoder=encoder)  # the new measure is the one a first search takes now
+        assert fresh.search(query, "hybrid").diagnostics.get("reason") == after.diagnostics.get("reason")
+        fresh.close()
         s.close()
 
 
