@@ -44,7 +44,8 @@ TITLE_CHECK = 10  # a gated query naming a title among each list's top this many
 class _Domain(NamedTuple):
     """An index's place in vector space as the domain check last measured it: its chunks then,
     the vectors sampled of those asked, the centroid of the sample (None: too few vectors), the
-    lowest cosine of a sampled vector with it (the edge), and when (time.monotonic)."""
+    lowest cosine of a sampled vector with it (the edge), when (time.monotonic), and, after a
+    measure failed, when the next may be taken."""
 
     chunks: int
     sampled: int
@@ -52,6 +53,7 @@ class _Domain(NamedTuple):
     centroid: np.ndarray | None
     edge: float
     at: float
+    retry_at: float = 0.0
 
 
 def _measure(engine: Any, licences: tuple[str, ...] | None, count: int) -> _Domain:
@@ -405,10 +407,12 @@ class Searcher:
         the search may see count (the caller's rights, narrowed by a licence filter), so a
         document the caller may not see never decides whether a query is in the domain. The
         centroid and that edge come from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors: measured by
-        the first search that needs them (or `measure_domain`), and measured again in the
-        background, while searches use the last measure, once the index has grown or shrunk by a
-        tenth, and every DOMAIN_RESAMPLE_S seconds while the sample falls short of the index
-        (vectors still being embedded, or documents the search may not see)."""
+        the first search that needs them (or `measure_domain`), which the searches waiting on the
+        domain check wait for; then measured again in the background, while searches use the last
+        measure, once the index has grown or shrunk by a tenth, and every DOMAIN_RESAMPLE_S
+        seconds while the sample falls short of the index (vectors still being embedded, or
+        documents the search may not see); a measure that failed is tried again after
+        DOMAIN_RESAMPLE_S."""
         if not isinstance(engine, VectorSampling):  # checked apart: `engine` stays a whole Reader
             return None
         known = self._domain(engine, filters)
@@ -417,7 +421,7 @@ class Searcher:
         at = float(np.asarray(vec) @ known.centroid)
         return f"cosine with the centroid {at:.3f} < {known.edge:.3f}" if at < known.edge else None
 
-    def measure_domain(self, rights: Collection[str] | None = None) -> None:
+    def measure_domain(self, rights: Collection[str]) -> None:
         """Measure the domain check's centroid for a caller with `rights` over every knowledge
         base, so that no search waits for it (the service does this before it is ready)."""
         if isinstance(self.engine, VectorSampling):
@@ -431,15 +435,19 @@ class Searcher:
         key = (tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine), licences)
         with self._domain_lock:
             known = self._domains.get(key)
+            now = time.monotonic()
             if known is None:
                 known = self._domains[key] = _measure(engine, licences, count)
-            elif key not in self._remeasuring and (
+            elif key not in self._remeasuring and now >= known.retry_at and (
                     abs(count - known.chunks) * 10 > known.chunks
-                    or (known.sampled < min(count, known.asked) and time.monotonic() - known.at >= DOMAIN_RESAMPLE_S)):
+                    or (known.sampled < min(count, known.asked) and now - known.at >= DOMAIN_RESAMPLE_S)):
                 if self._domain_pool is None:
                     self._domain_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="domain")
+                try:
+                    self._domain_pool.submit(self._remeasure, key, engine, licences, count)
+                except RuntimeError:  # the searcher is closing: the last measure serves this search
+                    return known
                 self._remeasuring.add(key)
-                self._domain_pool.submit(self._remeasure, key, engine, licences, count)
             return known
 
     def _remeasure(self, key: Any, engine: Any, licences: tuple[str, ...] | None, count: int) -> None:
@@ -447,9 +455,9 @@ class Searcher:
             fresh = _measure(engine, licences, count)
         except Exception as e:  # noqa: BLE001 - in the background: searches keep the last measure
             _log.warning("domain check: measuring the index again failed (%s); searches keep the last measure, "
-                         "and it is tried again in %.0f s or after the index changes by a tenth", e, DOMAIN_RESAMPLE_S)
+                         "and it is tried again in %.0f s", e, DOMAIN_RESAMPLE_S)
             with self._domain_lock:
-                self._domains[key] = self._domains[key]._replace(chunks=count, at=time.monotonic())
+                self._domains[key] = self._domains[key]._replace(retry_at=time.monotonic() + DOMAIN_RESAMPLE_S)
         else:
             with self._domain_lock:
                 self._domains[key] = fresh
@@ -476,9 +484,10 @@ class Searcher:
             raise QueryError(f"search failed: {e}") from e
 
     def close(self) -> None:
-        for pool in (self._pool, self._domain_pool):
-            if pool is not None:
-                pool.shutdown()
+        if self._pool is not None:
+            self._pool.shutdown()
+        if self._domain_pool is not None:  # a measure under way ends; one not begun is dropped
+            self._domain_pool.shutdown(cancel_futures=True)
         if self.query_log is not None:
             self.query_log.close()
 

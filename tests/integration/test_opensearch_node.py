@@ -22,6 +22,7 @@ import pytest
 
 from hybridsearch.config import Settings
 from hybridsearch.engines.opensearch import node as node_mod
+from hybridsearch.engines.opensearch.admin import Admin
 from hybridsearch.engines.opensearch.engine import OpenSearchEngine
 from hybridsearch.engines.opensearch.node import (
     OPENSEARCH_VERSION,
@@ -306,13 +307,20 @@ class TestLocalNode:
         _, url = running
         attrs = _call("GET", f"{url}/_cat/nodeattrs?format=json")
         assert ("knn_native_libraries", "absent") in [(a["attr"], a["value"]) for a in attrs]
-        engine = OpenSearchEngine(url, index="faiss-refused", settings=Settings(opensearch_knn_engine="faiss"))
-        with pytest.raises(ConfigError, match=r"^opensearch_knn_engine: 'faiss' needs the k-NN plugin's native "
-                                              r"libraries, which node it lacks .*use 'lucene'$"):
+        faiss = Settings(opensearch_knn_engine="faiss")
+        refused = (r"^opensearch_knn_engine: 'faiss' needs the k-NN plugin's native libraries, which node it lacks "
+                   r".*use 'lucene'$")
+        engine = OpenSearchEngine(url, index="faiss-refused", settings=faiss)
+        with pytest.raises(ConfigError, match=refused):
             engine.write([Document(id="d1", title="t", text="a chunk")])
         assert not [i for i in _call("GET", f"{url}/_cat/indices?format=json") if "faiss" in i["index"]]
         templates = _call("GET", f"{url}/_index_template")["index_templates"]
         assert "hybridsearch-faiss-refused" not in {t["name"] for t in templates}
+        # nor does a reindex move a Lucene index onto faiss: refused before anything changes
+        OpenSearchEngine(url, index="on-lucene", settings=Settings()).write([Document(id="d1", title="t", text="x")])
+        with pytest.raises(ConfigError, match=refused):
+            Admin(url, settings=faiss).reindex("on-lucene")
+        assert [i["index"] for i in _call("GET", f"{url}/_cat/indices/on-lucene-*?format=json")] == ["on-lucene-v1"]
         assert _call("GET", f"{url}/_cluster/health")["status"] in ("green", "yellow")
 
     def test_starts_with_a_red_index_and_names_it(self, running: tuple[LocalNode, str],
@@ -322,20 +330,23 @@ class TestLocalNode:
         node, url = running
         _call("PUT", f"{url}/stranded?wait_for_active_shards=0", {"settings": {
             "number_of_shards": 1, "number_of_replicas": 0, "index.routing.allocation.require._name": "nowhere"}})
-        assert node.kill() is not None  # a crash keeps the port
-        began = time.monotonic()
-        assert node.start(timeout=120) == url
-        assert time.monotonic() - began < 100
-        st = node.status()
-        assert st.running and st.health == "red" and st.red_indices == ["stranded"]
-        base = ["--home", str(node.home), "--name", node.name]
-        assert _cli(["opensearch", "start", *base]) == 0  # already running: answers at once, and warns
-        out, err = capsys.readouterr()
-        assert out.splitlines()[-1] == url
-        assert "cluster is red" in err and "of stranded;" in err and f"curl -X DELETE {url}/stranded" in err
-        assert _cli(["opensearch", "status", *base]) == 0
-        assert {"health: red", "red_indices: stranded"} <= set(capsys.readouterr().out.splitlines())
-        _call("DELETE", f"{url}/stranded")
+        try:
+            assert node.kill() is not None  # a crash keeps the port
+            began = time.monotonic()
+            assert node.start(timeout=120) == url
+            assert time.monotonic() - began < 100
+            st = node.status()
+            assert st.running and st.health == "red" and st.red_indices == ["stranded"]
+            base = ["--home", str(node.home), "--name", node.name]
+            assert _cli(["opensearch", "start", *base]) == 0  # already running: it warns too
+            out, err = capsys.readouterr()
+            assert out.splitlines()[-1] == url
+            assert "cluster is red: a primary shard of stranded is unassigned" in err
+            assert f"curl -X DELETE {url}/stranded" in err
+            assert _cli(["opensearch", "status", *base]) == 0
+            assert {"health: red", "red_indices: stranded"} <= set(capsys.readouterr().out.splitlines())
+        finally:
+            _call("DELETE", f"{url}/stranded")
         st = node.status()
         assert st.health in ("green", "yellow") and st.red_indices == []
 

@@ -263,16 +263,60 @@ def test_the_domain_is_measured_again_beside_the_searches(demo_copy, encoder, mo
         assert len(grown) * 10 > engine.count()
         engine.write(grown)
         embed_missing(engine, encoder, progress=False)
+        def measure(res) -> str:  # the domain check's part of the reason: the two cosines
+            return str(res.diagnostics.get("reason")).partition("(cosine with the centroid")[2]
+
         stale = s.search(query, "hybrid")  # grown by more than a tenth: the last measure still decides
-        assert not stale.hits and stale.diagnostics["reason"] == before.diagnostics["reason"]
+        assert not stale.hits and measure(stale) == measure(before) != ""
         deadline = time.monotonic() + 30
-        while (after := s.search(query, "hybrid")).diagnostics.get("reason") == before.diagnostics["reason"]:
+        while measure(after := s.search(query, "hybrid")) == measure(before):
             assert time.monotonic() < deadline, "the domain was not measured again"
             time.sleep(0.05)
         assert len(threads) == 2 and threads[1].startswith("domain")
         fresh = Searcher(engine, encoder=encoder)  # the new measure is the one a first search takes now
-        assert fresh.search(query, "hybrid").diagnostics.get("reason") == after.diagnostics.get("reason")
+        assert measure(fresh.search(query, "hybrid")) == measure(after)
         fresh.close()
+        s.close()
+
+
+def test_a_failed_measure_keeps_the_last_and_is_tried_again(demo_copy, encoder, monkeypatch, caplog) -> None:
+    """A measure that fails in the background (the engine unreachable a moment) leaves the last
+    measure deciding, says so in the log, and is taken again DOMAIN_RESAMPLE_S later."""
+    import query_service.searcher as searcher_mod
+    from hybridsearch.errors import EngineUnavailableError
+    from hybridsearch.models import Document
+    from indexer.pipeline import embed_missing
+
+    monkeypatch.setattr(searcher_mod, "DOMAIN_RESAMPLE_S", 0.5)
+    query = "ring sizes for engagement rings"
+    calls: list[str] = []
+    sample = EmbeddedEngine.vector_sample
+
+    def second_fails(self, n, filters=None):  # the fault: the second sample finds the engine gone
+        calls.append("sample")
+        if len(calls) == 2:
+            raise EngineUnavailableError("the engine went away")
+        return sample(self, n, filters)
+
+    monkeypatch.setattr(EmbeddedEngine, "vector_sample", second_fails)
+    with EmbeddedEngine(demo_copy) as engine:
+        s = Searcher(engine, encoder=encoder)
+        reason = s.search(query, "hybrid").diagnostics["reason"]
+        engine.write([Document(id=f"life-{r}-{i}", title=t, text=x) for r in range(3) for i, (t, x) in
+                      enumerate(EVERYDAY[3:])])
+        embed_missing(engine, encoder, progress=False)
+        with caplog.at_level("WARNING", logger="hybridsearch.search"):
+            assert s.search(query, "hybrid").diagnostics["reason"] == reason  # starts the measure, which fails
+            deadline = time.monotonic() + 30
+            while "measuring the index again failed" not in caplog.text:
+                assert time.monotonic() < deadline, "the failure was not logged"
+                time.sleep(0.05)
+        assert "the engine went away" in caplog.text
+        assert s.search(query, "hybrid").diagnostics["reason"] == reason  # the last measure still decides
+        while s.search(query, "hybrid").diagnostics["reason"] == reason:
+            assert time.monotonic() < deadline, "the failed measure was not tried again"
+            time.sleep(0.1)
+        assert len(calls) == 3
         s.close()
 
 

@@ -165,17 +165,27 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
     return out
 
 
+def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: Q.KnnEngine) -> None:
+    """Refuse a k-NN engine other than Lucene on a cluster with a node that lacks the k-NN plugin's
+    native libraries (as `hybridsearch opensearch start`'s node does): the first refresh of such a
+    field would kill that node, and every start after it. A caller that may not read node
+    attributes (403) is not refused: its cluster is not that node."""
+    if knn_engine == "lucene":
+        return
+    try:
+        attrs = client.cat.nodeattrs(format="json")
+    except (opensearchpy.exceptions.AuthorizationException, opensearchpy.exceptions.NotFoundError):
+        return
+    lacking = sorted({a["node"] for a in attrs if a.get("attr") == NATIVE_KNN_ATTR and a.get("value") == "absent"})
+    if lacking:
+        raise ConfigError(f"opensearch_knn_engine: {knn_engine!r} needs the k-NN plugin's native libraries, "
+                          f"which node {', '.join(lacking)} lacks (assembled from Maven Central); use 'lucene'")
+
+
 def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine) -> list[Change]:
     """The chunk component template and the index template of logical index `index`, put where
-    missing or different from this version's. Refuses a k-NN engine other than Lucene on a cluster
-    with a node that lacks the k-NN plugin's native libraries (as `hybridsearch opensearch start`'s
-    node does): the first refresh of such a field would kill that node, and every start after it."""
-    if knn_engine != "lucene":
-        lacking = sorted({a["node"] for a in client.cat.nodeattrs(format="json")
-                          if a.get("attr") == NATIVE_KNN_ATTR and a.get("value") == "absent"})
-        if lacking:
-            raise ConfigError(f"opensearch_knn_engine: {knn_engine!r} needs the k-NN plugin's native libraries, "
-                              f"which node {', '.join(lacking)} lacks (assembled from Maven Central); use 'lucene'")
+    missing or different from this version's (after `check_native_knn`)."""
+    check_native_knn(client, knn_engine)
     return [put_template(client, "component template", f"hybridsearch-chunks-{knn_engine}",
                          Q.chunks_template(knn_engine)),
             put_template(client, "index template", f"hybridsearch-{index}", Q.index_template(index, knn_engine))]
@@ -503,9 +513,9 @@ class Admin:
         removed = [v.index for v in newer]  # left by an interrupted reindex of the live version
         t0 = time.perf_counter()
         with self.errors("reindex"):
+            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)  # before anything changes
             if removed:
                 self.client.indices.delete(index=",".join(removed))
-            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
             new = f"{name}-v{max(v.version for v in ix.versions if v.index not in removed) + 1}"
             self.client.indices.create(index=new, body={"settings": {"index": {"refresh_interval": "-1"}},
                                                         "mappings": {"_meta": self._meta_for(live.index, new)}},
@@ -703,6 +713,7 @@ class Admin:
         t0 = time.perf_counter()
         restored: dict[str, str] = {}
         with self.errors("restore snapshot"):
+            check_native_knn(self.client, self.settings.opensearch_knn_engine)  # before anything changes
             for name, concrete in stored.items():
                 ix = present.get(name)
                 taken = [v.version for v in ix.versions] if ix else []

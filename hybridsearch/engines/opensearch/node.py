@@ -434,11 +434,12 @@ def _http_json(url: str, timeout: float) -> Any:
         return json.loads(r.read().decode())
 
 
-def _health(url: str, timeout: float = 3.0) -> dict[str, Any] | None:
-    """The cluster's health once the node answers, after waiting up to 1 s for yellow; None until
-    it answers."""
+def _health(url: str, timeout: float = 3.0, *, wait: bool = True) -> dict[str, Any] | None:
+    """The cluster's health once the node answers (with `wait`, after waiting up to 1 s for
+    yellow); None until it answers."""
+    query = "?wait_for_status=yellow&timeout=1s" if wait else ""
     try:
-        body = _http_json(f"{url}/_cluster/health?wait_for_status=yellow&timeout=1s", timeout)
+        body = _http_json(f"{url}/_cluster/health{query}", timeout)
     except urllib.error.HTTPError as e:  # 408: not yellow within the second; the body is the health
         if e.code != 408:
             return None
@@ -452,7 +453,7 @@ def _health(url: str, timeout: float = 3.0) -> dict[str, Any] | None:
 
 
 # the node attribute with which a node assembled here says that its k-NN plugin lacks the native
-# (faiss, nmslib) libraries; `admin.apply_chunk_templates` reads it
+# (faiss, nmslib) libraries; `admin.check_native_knn` reads it
 NATIVE_KNN_ATTR = "knn_native_libraries"
 
 # how long a red cluster must have nothing left to recover before a start counts it as up
@@ -460,25 +461,28 @@ RED_SETTLE_S = 5.0
 
 
 class _Ready:
-    """Whether a node that answers is ready: its cluster yellow or green, or red with nothing left
-    to recover (no shard initialising, relocating or delayed, no task pending) for RED_SETTLE_S.
-    A primary shard with no copy to start from (its data gone, or an index the node cannot open)
-    stays red however long one waits, and the node must be up for it to be restored or deleted."""
+    """Whether a node that answers is ready: its cluster yellow or green, or red with a shard
+    unassigned and nothing left to recover (no shard initialising, relocating or delayed, no
+    shard store being fetched, no task pending) for `settle` seconds. A primary shard with no copy
+    to start from (its data gone), or with no node it may go to, stays red however long one waits,
+    and the node must be up for the index to be restored or deleted."""
 
-    def __init__(self) -> None:
+    def __init__(self, settle: float = RED_SETTLE_S) -> None:
+        self.settle = settle
         self.red_since: float | None = None
 
     def __call__(self, url: str, timeout: float = 3.0) -> bool:
         h = _health(url, timeout)
         if h is not None and h.get("status") in ("green", "yellow"):
             return True
-        busy = ("initializing_shards", "relocating_shards", "delayed_unassigned_shards", "number_of_pending_tasks")
-        if h is None or h.get("status") != "red" or any(h.get(k) for k in busy):
+        busy = ("initializing_shards", "relocating_shards", "delayed_unassigned_shards", "number_of_in_flight_fetch",
+                "number_of_pending_tasks")
+        if h is None or h.get("status") != "red" or not h.get("unassigned_shards") or any(h.get(k) for k in busy):
             self.red_since = None
             return False
         now = time.monotonic()
         self.red_since = self.red_since or now
-        return now - self.red_since >= RED_SETTLE_S
+        return now - self.red_since >= self.settle
 
 
 def red_indices(url: str, timeout: float = 5.0) -> list[str]:
@@ -966,7 +970,7 @@ class LocalNode:
             raise EngineUnavailableError(f"node {self.name!r} runs (pid {pid}) but {self.state_file} has no URL; "
                                          "stop it first (hybridsearch opensearch stop)")
         deadline = time.monotonic() + timeout
-        ready = _Ready()
+        ready = _Ready(settle=0.0)  # a node that already runs: a red cluster is as it is
         while not ready(url):
             if time.monotonic() > deadline or not pid_alive(pid):
                 raise self._failure(f"node {self.name!r} runs (pid {pid}) but {url} does not answer; "
@@ -1074,7 +1078,7 @@ class LocalNode:
         if url:
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 version = _http_json(url, 5)["version"]["number"]
-            health = (_health(url) or {}).get("status")
+            health = (_health(url, wait=False) or {}).get("status")
             if health == "red":
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                     red = red_indices(url)

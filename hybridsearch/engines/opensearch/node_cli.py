@@ -65,9 +65,10 @@ def cmd_opensearch(args: argparse.Namespace) -> int:
         except (OSError, ValueError):
             red = []  # the health is checked again by whatever uses the node
         if red:
-            print(f"warning: the node is up, but its cluster is red: no copy to start from for a primary shard "
-                  f"of {', '.join(red)}; `curl '{url}/_cluster/allocation/explain?pretty'` says why; restore "
-                  f"from a snapshot, or delete (`curl -X DELETE {url}/{red[0]}`)", file=sys.stderr)
+            shown = next((i for i in red if not i.startswith(".")), red[0])
+            print(f"warning: the node is up, but its cluster is red: a primary shard of {', '.join(red)} is "
+                  f"unassigned; `curl '{url}/_cluster/allocation/explain?pretty'` says why; restore it from a "
+                  f"snapshot, or delete it (`curl -X DELETE {url}/{shown}`)", file=sys.stderr)
         print(url, flush=True)
         return 0
     if action == "stop":
