@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,6 +38,7 @@ from query_service.symbolic import expand as expand_symbolic
 _log = logging.getLogger("hybridsearch.search")
 DOMAIN_MIN_VECTORS = 50  # fewer vectors place no centroid: the domain check does not run
 DOMAIN_RESAMPLE_S = 30.0  # a sample short of the index is taken again at most this often
+DOMAIN_KEYS = 64  # measures kept, one per index and licence set (a request's licence filter makes its own)
 TITLE_CHECK = 10  # a gated query naming a title among each list's top this many is in the domain
 
 
@@ -148,6 +149,7 @@ class Searcher:
         self._domains: dict[Any, _Domain] = {}  # by index (a MultiEngine: by its bases) and licences
         self._domain_lock = threading.Lock()
         self._remeasuring: set[Any] = set()  # keys being measured again in the background
+        self._first: dict[Any, Future[_Domain]] = {}  # keys whose first measure a search is taking
         self._domain_pool: ThreadPoolExecutor | None = None
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
@@ -407,8 +409,8 @@ class Searcher:
         the search may see count (the caller's rights, narrowed by a licence filter), so a
         document the caller may not see never decides whether a query is in the domain. The
         centroid and that edge come from HYBRIDSEARCH_DOMAIN_SAMPLE stored vectors: measured by
-        the first search that needs them (or `measure_domain`), which the searches waiting on the
-        domain check wait for; then measured again in the background, while searches use the last
+        the first search that needs them (or `measure_domain`), which searches with the same
+        licences wait for; then measured again in the background, while searches use the last
         measure, once the index has grown or shrunk by a tenth, and every DOMAIN_RESAMPLE_S
         seconds while the sample falls short of the index (vectors still being embedded, or
         documents the search may not see); a measure that failed is tried again after
@@ -428,16 +430,21 @@ class Searcher:
             self._domain(self.engine, visible(None, rights))
 
     def _domain(self, engine: Any, filters: Filters | None) -> _Domain:
-        """The last measure of the index for these licences; the first is taken here, later ones
-        in the background when due (see `_outside`)."""
+        """The last measure of the index for these licences; the first is taken here (searches
+        with the same key wait for it, others go on), later ones in the background when due (see
+        `_outside`). At most DOMAIN_KEYS are kept, the oldest dropped first."""
         count = int(engine.count())
         licences = tuple(sorted(filters.license)) if filters is not None and filters.license else None
         key = (tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine), licences)
+        taking: Future[_Domain] | None = None  # another search's first measure of this key
+        mine: Future[_Domain] = Future()  # this search's, if it takes it
         with self._domain_lock:
             known = self._domains.get(key)
             now = time.monotonic()
             if known is None:
-                known = self._domains[key] = _measure(engine, licences, count)
+                taking = self._first.get(key)
+                if taking is None:
+                    self._first[key] = mine
             elif key not in self._remeasuring and now >= known.retry_at and (
                     abs(count - known.chunks) * 10 > known.chunks
                     or (known.sampled < min(count, known.asked) and now - known.at >= DOMAIN_RESAMPLE_S)):
@@ -448,7 +455,28 @@ class Searcher:
                 except RuntimeError:  # the searcher is closing: the last measure serves this search
                     return known
                 self._remeasuring.add(key)
-            return known
+            if known is not None:
+                return known
+        if taking is not None:
+            return taking.result()
+        try:
+            known = _measure(engine, licences, count)
+        except BaseException as e:
+            with self._domain_lock:
+                del self._first[key]
+            mine.set_exception(e)
+            raise
+        with self._domain_lock:
+            self._keep(key, known)
+            del self._first[key]
+        mine.set_result(known)
+        return known
+
+    def _keep(self, key: Any, measure: _Domain) -> None:
+        """Store a measure (under the lock), dropping the oldest beyond DOMAIN_KEYS."""
+        self._domains[key] = measure
+        while len(self._domains) > DOMAIN_KEYS:
+            del self._domains[next(iter(self._domains))]
 
     def _remeasure(self, key: Any, engine: Any, licences: tuple[str, ...] | None, count: int) -> None:
         try:
@@ -457,10 +485,11 @@ class Searcher:
             _log.warning("domain check: measuring the index again failed (%s); searches keep the last measure, "
                          "and it is tried again in %.0f s", e, DOMAIN_RESAMPLE_S)
             with self._domain_lock:
-                self._domains[key] = self._domains[key]._replace(retry_at=time.monotonic() + DOMAIN_RESAMPLE_S)
+                if key in self._domains:  # not dropped meanwhile
+                    self._domains[key] = self._domains[key]._replace(retry_at=time.monotonic() + DOMAIN_RESAMPLE_S)
         else:
             with self._domain_lock:
-                self._domains[key] = fresh
+                self._keep(key, fresh)
         finally:
             with self._domain_lock:
                 self._remeasuring.discard(key)

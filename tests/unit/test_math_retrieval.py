@@ -320,6 +320,64 @@ def test_a_failed_measure_keeps_the_last_and_is_tried_again(demo_copy, encoder, 
         s.close()
 
 
+def test_a_first_measure_holds_up_only_searches_of_its_own_key(demo_copy, encoder, monkeypatch) -> None:
+    """While one licence set's first measure is being taken, searches with another go on, and a
+    second search with the same set waits for that measure rather than taking its own. At most
+    DOMAIN_KEYS measures are kept (a request's licence filter makes a key of its own)."""
+    import threading
+
+    import query_service.searcher as searcher_mod
+    from hybridsearch.models import Filters
+    from indexer.pipeline import embed_missing
+
+    query = "ring sizes for engagement rings"
+    gate, started = threading.Event(), threading.Event()
+    sampled: list[tuple[str, ...] | None] = []
+    sample = EmbeddedEngine.vector_sample
+
+    def held(self, n, filters=None):  # the real sample; the first for "held" waits at the gate
+        lic = None if filters is None else tuple(filters.license)
+        sampled.append(lic)
+        if lic == ("held",):
+            started.set()
+            assert gate.wait(30), "the gate was never opened"
+        return sample(self, n, filters)
+
+    monkeypatch.setattr(EmbeddedEngine, "vector_sample", held)
+    monkeypatch.setattr(searcher_mod, "DOMAIN_KEYS", 2)
+    with EmbeddedEngine(demo_copy) as engine:
+        s = Searcher(engine, encoder=encoder)
+        # copies of the unit the query comes nearest (cosine 0.418: gated) under two licences
+        top = s.search(query, "hybrid", overrides={"domain_check": None}).hits[0].id
+        unit = engine.get([top])[top]
+        engine.write([unit.model_copy(update={"id": f"{lic}-copy", "work_id": f"{lic}-copy", "license": lic})
+                      for lic in ("held", "other")])
+        embed_missing(engine, encoder, progress=False)
+        everyone = s.search(query, "hybrid").diagnostics.get("reason")  # the key of all licences
+        results: dict[str, str | None] = {}
+
+        def search_held(name: str) -> None:
+            results[name] = s.search(query, "hybrid", filters=Filters(license=["held"])).diagnostics.get("reason")
+
+        first = threading.Thread(target=search_held, args=("first",))
+        first.start()
+        assert started.wait(30)
+        second = threading.Thread(target=search_held, args=("second",))
+        second.start()
+        assert s.search(query, "hybrid").diagnostics.get("reason") == everyone  # not held up
+        assert first.is_alive()  # still measuring
+        time.sleep(1.0)  # time for the second search to reach the measure it waits for
+        gate.set()
+        first.join(30)
+        second.join(30)
+        assert sampled.count(("held",)) == 1 and results["first"] == results["second"]
+        assert sampled.count(None) == 1
+        s.search(query, "hybrid", filters=Filters(license=["other"]))  # a third key drops the oldest
+        s.search(query, "hybrid")
+        assert sampled.count(None) == 2
+        s.close()
+
+
 def test_ablation_rows_and_what_citation_buys(demo_copy, encoder) -> None:
     from query_service.evaluate import ablation_specs, run_eval
     from tests.conftest import DEMO
