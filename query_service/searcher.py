@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -148,8 +149,9 @@ class Searcher:
         self._pool: ThreadPoolExecutor | None = None
         self._domains: dict[Any, _Domain] = {}  # by index (a MultiEngine: by its bases) and licences
         self._domain_lock = threading.Lock()
-        self._remeasuring: set[Any] = set()  # keys being measured again in the background
-        self._first: dict[Any, Future[_Domain]] = {}  # keys whose first measure a search is taking
+        # keys being measured: a first measure (searches with the key wait for it), or a later one
+        # in the background (they keep the last meanwhile)
+        self._measuring: dict[Any, Future[_Domain]] = {}
         self._domain_pool: ThreadPoolExecutor | None = None
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
@@ -436,39 +438,33 @@ class Searcher:
         count = int(engine.count())
         licences = tuple(sorted(filters.license)) if filters is not None and filters.license else None
         key = (tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine), licences)
-        taking: Future[_Domain] | None = None  # another search's first measure of this key
-        mine: Future[_Domain] = Future()  # this search's, if it takes it
+        mine: Future[_Domain] = Future()  # this search's first measure, if it takes it
         with self._domain_lock:
-            known = self._domains.get(key)
+            known, pending = self._domains.get(key), self._measuring.get(key)
             now = time.monotonic()
-            if known is None:
-                taking = self._first.get(key)
-                if taking is None:
-                    self._first[key] = mine
-            elif key not in self._remeasuring and now >= known.retry_at and (
+            if known is None and pending is None:
+                self._measuring[key] = mine
+            elif known is not None and pending is None and now >= known.retry_at and (
                     abs(count - known.chunks) * 10 > known.chunks
                     or (known.sampled < min(count, known.asked) and now - known.at >= DOMAIN_RESAMPLE_S)):
                 if self._domain_pool is None:
                     self._domain_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="domain")
-                try:
-                    self._domain_pool.submit(self._remeasure, key, engine, licences, count)
-                except RuntimeError:  # the searcher is closing: the last measure serves this search
-                    return known
-                self._remeasuring.add(key)
+                with contextlib.suppress(RuntimeError):  # the searcher is closing: the last measure serves
+                    self._measuring[key] = self._domain_pool.submit(self._remeasure, key, engine, licences, count)
             if known is not None:
                 return known
-        if taking is not None:
-            return taking.result()
+        if pending is not None:
+            return pending.result()
         try:
             known = _measure(engine, licences, count)
         except BaseException as e:
             with self._domain_lock:
-                del self._first[key]
+                del self._measuring[key]
             mine.set_exception(e)
             raise
         with self._domain_lock:
             self._keep(key, known)
-            del self._first[key]
+            del self._measuring[key]
         mine.set_result(known)
         return known
 
@@ -478,21 +474,26 @@ class Searcher:
         while len(self._domains) > DOMAIN_KEYS:
             del self._domains[next(iter(self._domains))]
 
-    def _remeasure(self, key: Any, engine: Any, licences: tuple[str, ...] | None, count: int) -> None:
+    def _remeasure(self, key: Any, engine: Any, licences: tuple[str, ...] | None, count: int) -> _Domain:
+        """A later measure, in the background. On failure the last one stays, to be tried again
+        after DOMAIN_RESAMPLE_S; the failure is raised only to a search waiting for a key dropped
+        meanwhile, which has no last measure."""
         try:
             fresh = _measure(engine, licences, count)
-        except Exception as e:  # noqa: BLE001 - in the background: searches keep the last measure
+        except Exception as e:
             _log.warning("domain check: measuring the index again failed (%s); searches keep the last measure, "
                          "and it is tried again in %.0f s", e, DOMAIN_RESAMPLE_S)
             with self._domain_lock:
-                if key in self._domains:  # not dropped meanwhile
-                    self._domains[key] = self._domains[key]._replace(retry_at=time.monotonic() + DOMAIN_RESAMPLE_S)
-        else:
-            with self._domain_lock:
-                self._keep(key, fresh)
-        finally:
-            with self._domain_lock:
-                self._remeasuring.discard(key)
+                del self._measuring[key]
+                last = self._domains.get(key)
+                if last is None:
+                    raise
+                last = self._domains[key] = last._replace(retry_at=time.monotonic() + DOMAIN_RESAMPLE_S)
+            return last
+        with self._domain_lock:
+            self._keep(key, fresh)
+            del self._measuring[key]
+        return fresh
 
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
         specs = list(prof.channels.items())

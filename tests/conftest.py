@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,20 @@ def opensearch_requests(engine: Any) -> Iterator[list[tuple[str, list[dict[str, 
         yield sent
     finally:
         del engine._search, engine._msearch
+
+
+def before_vector_sample(monkeypatch: pytest.MonkeyPatch, before: Callable[[Any], None]) -> None:
+    """Call `before(filters)` ahead of every real EmbeddedEngine.vector_sample: to note it, hold it
+    or make it fail."""
+    from hybridsearch.engines.embedded import EmbeddedEngine
+
+    sample = EmbeddedEngine.vector_sample
+
+    def spied(self: EmbeddedEngine, n: int, filters: Any = None) -> Any:
+        before(filters)
+        return sample(self, n, filters)
+
+    monkeypatch.setattr(EmbeddedEngine, "vector_sample", spied)
 
 
 @pytest.fixture(scope="session")

@@ -275,18 +275,12 @@ def test_start_up_measures_the_domain_for_either_kind_of_key(demo_copy, tmp_path
     from starlette.testclient import TestClient
 
     from hybridsearch.config import get_settings
-    from hybridsearch.engines.embedded import EmbeddedEngine
     from query_service.http import create_app
     from query_service.keys import KeyStore
+    from tests.conftest import before_vector_sample
 
-    sampled: list[list[str] | None] = []
-    sample = EmbeddedEngine.vector_sample
-
-    def recorded(self, n, filters=None):  # the real sample, its licence filter noted
-        sampled.append(None if filters is None else filters.license)
-        return sample(self, n, filters)
-
-    monkeypatch.setattr(EmbeddedEngine, "vector_sample", recorded)
+    sampled: list[list[str] | None] = []  # each sample's licence filter
+    before_vector_sample(monkeypatch, lambda filters: sampled.append(None if filters is None else filters.license))
     keys = tmp_path / "keys.json"
     key = KeyStore(keys).add("readers", ["open"], None)
     with TestClient(create_app(str(demo_copy), index="papers", keys_file=keys)) as client:

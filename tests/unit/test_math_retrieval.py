@@ -13,6 +13,7 @@ from hybridsearch.engines.embedded import EmbeddedEngine
 from query_service.evidence import EvidenceConfig
 from query_service.rerank import COMPONENTS, WEIGHTS, MathConfig
 from query_service.searcher import Searcher, get_profile
+from tests.conftest import before_vector_sample
 
 PREREQ = "what to read before the Gauss-Bonnet theorem"
 RELATED = "results similar to Brouwer fixed point theorem"
@@ -244,14 +245,8 @@ def test_the_domain_is_measured_again_beside_the_searches(demo_copy, encoder, mo
     from indexer.pipeline import embed_missing
 
     query = "ring sizes for engagement rings"
-    threads: list[str] = []
-    sample = EmbeddedEngine.vector_sample
-
-    def recorded(self, n, filters=None):  # the real sample, the thread that took it noted
-        threads.append(threading.current_thread().name)
-        return sample(self, n, filters)
-
-    monkeypatch.setattr(EmbeddedEngine, "vector_sample", recorded)
+    threads: list[str] = []  # the thread that took each sample
+    before_vector_sample(monkeypatch, lambda filters: threads.append(threading.current_thread().name))
     with EmbeddedEngine(demo_copy) as engine:
         s = Searcher(engine, encoder=encoder)
         before = s.search(query, "hybrid")
@@ -290,15 +285,13 @@ def test_a_failed_measure_keeps_the_last_and_is_tried_again(demo_copy, encoder, 
     monkeypatch.setattr(searcher_mod, "DOMAIN_RESAMPLE_S", 0.5)
     query = "ring sizes for engagement rings"
     calls: list[str] = []
-    sample = EmbeddedEngine.vector_sample
 
-    def second_fails(self, n, filters=None):  # the fault: the second sample finds the engine gone
+    def second_fails(filters) -> None:  # the fault: the second sample finds the engine gone
         calls.append("sample")
         if len(calls) == 2:
             raise EngineUnavailableError("the engine went away")
-        return sample(self, n, filters)
 
-    monkeypatch.setattr(EmbeddedEngine, "vector_sample", second_fails)
+    before_vector_sample(monkeypatch, second_fails)
     with EmbeddedEngine(demo_copy) as engine:
         s = Searcher(engine, encoder=encoder)
         reason = s.search(query, "hybrid").diagnostics["reason"]
@@ -333,17 +326,15 @@ def test_a_first_measure_holds_up_only_searches_of_its_own_key(demo_copy, encode
     query = "ring sizes for engagement rings"
     gate, started = threading.Event(), threading.Event()
     sampled: list[tuple[str, ...] | None] = []
-    sample = EmbeddedEngine.vector_sample
 
-    def held(self, n, filters=None):  # the real sample; the first for "held" waits at the gate
+    def held(filters) -> None:  # the first sample for "held" waits at the gate
         lic = None if filters is None else tuple(filters.license)
         sampled.append(lic)
         if lic == ("held",):
             started.set()
             assert gate.wait(30), "the gate was never opened"
-        return sample(self, n, filters)
 
-    monkeypatch.setattr(EmbeddedEngine, "vector_sample", held)
+    before_vector_sample(monkeypatch, held)
     monkeypatch.setattr(searcher_mod, "DOMAIN_KEYS", 2)
     with EmbeddedEngine(demo_copy) as engine:
         s = Searcher(engine, encoder=encoder)
