@@ -3,11 +3,12 @@
     python bench/opensearch.py DATASET [--url URL] [--queries N] [--keep]
 
 One run, both engines: ingest without embeddings (documents, vectors and HDC codes written into a
-fresh index; write time only), engine parity (`query_service.parity.compare`), latency one query at
-a time after warm-up (BM25, dense kNN, the HDC channel, the `hybrid` profile end to end), our
-fusion against OpenSearch's own hybrid query and search pipelines on the same node and index, and
-the node's memory after the run. The embedded index is built once and cached in `.hybridsearch/bench/<dataset>`;
-the OpenSearch index `bench-<dataset>` is created fresh and dropped at the end unless `--keep`.
+fresh index; write time only; OpenSearch a second time into a scratch index, warm), engine parity
+(`query_service.parity.compare`), latency one query at a time after warm-up (BM25, dense kNN, the
+HDC channel, the `hybrid` profile end to end), our fusion against OpenSearch's own hybrid query and
+search pipelines on the same node and index, and the node's memory after the run. The embedded
+index is built once and cached in `.hybridsearch/bench/<dataset>`; the OpenSearch index
+`bench-<dataset>` is created fresh and dropped at the end unless `--keep`.
 """
 
 from __future__ import annotations
@@ -104,27 +105,41 @@ def verdict(ok: bool) -> str:
 # -- 1. ingest --------------------------------------------------------------------------------------
 def bench_ingest(dataset: Path, source: Engine, dest: OpenSearchEngine, tmp: Path) -> dict[str, tuple[int, float]]:
     """(documents, write seconds) per engine: the dataset with the vectors `source` holds and HDC
-    codes, written into a fresh index (codes are encoded outside the timed writes)."""
+    codes, written into a fresh index (created before the clock starts; codes are encoded outside
+    the timed writes). OpenSearch writes twice: into `dest`, the first writes this node has seen
+    since it started if the bench runs first, then into a scratch index, dropped after, with the
+    node's JIT warm: the rate a long ingest settles at."""
     out: dict[str, tuple[int, float]] = {}
     with EmbeddedEngine(tmp / "embedded-copy") as copy:
         seconds = copy_corpus(dataset, source, copy, log=lambda m: None)
         out["embedded"] = (copy.count(), seconds)
+    dest.ensure_index()
     seconds = copy_corpus(dataset, source, dest, log=lambda m: None)
     out["opensearch"] = (dest.count(), seconds)
+    again = OpenSearchEngine(dest.url, index=f"{dest.index}-again", settings=dest.settings)
+    try:
+        again.drop()
+        again.ensure_index()
+        seconds = copy_corpus(dataset, source, again, log=lambda m: None, graph=False)
+        out["opensearch, again"] = (again.count(), seconds)
+    finally:
+        again.drop()
+        again.close()
     return out
 
 
 def print_ingest(fig: dict[str, tuple[int, float]]) -> None:
-    (ne, se), (no, so) = fig["embedded"], fig["opensearch"]
-    rate_e, rate_o = ne / se, no / so
+    (ne, se), (no, so), (na, sa) = fig["embedded"], fig["opensearch"], fig["opensearch, again"]
     print("\n## 1. Ingest without embeddings (precomputed vectors + HDC codes; write time only, "
-          "batches of 500, searchable on return)\n")
-    print("| figure | embedded | opensearch | target (OpenSearch) |\n|---|---|---|---|")
-    print(f"| documents written | {ne:,} | {no:,} | |")
-    print(f"| write seconds | {se:.2f} s | {so:.2f} s | |")
-    print(f"| throughput | {rate_e:,.0f} docs/s | {rate_o:,.0f} docs/s | ≥ 2,000 docs/s: {verdict(rate_o >= 2000)} |")
-    if ne != no:
-        print(f"\nwarning: the engines hold different document counts ({ne} vs {no})")
+          "batches of 500, searchable on return; OpenSearch: a first pass, then again into another "
+          "fresh index)\n")
+    print("| figure | embedded | opensearch, first | opensearch, again | target (OpenSearch) |\n|---|---|---|---|---|")
+    print(f"| documents written | {ne:,} | {no:,} | {na:,} | |")
+    print(f"| write seconds | {se:.2f} s | {so:.2f} s | {sa:.2f} s | |")
+    print(f"| throughput | {ne / se:,.0f} docs/s | {no / so:,.0f} docs/s | {na / sa:,.0f} docs/s | "
+          f"≥ 2,000 docs/s: first {verdict(no / so >= 2000)}, again {verdict(na / sa >= 2000)} |")
+    if len({ne, no, na}) > 1:
+        print(f"\nwarning: the indices hold different document counts ({ne}, {no}, {na})")
 
 
 # -- 3. latency -------------------------------------------------------------------------------------
