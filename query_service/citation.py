@@ -70,11 +70,11 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     have = set(cands.ids)
     new: list[str] = []
     if config.max_new:
-        chunks = [i for i in engine.work_chunks(sorted(by_work), filters) if i not in have]
+        reached_chunks = engine.work_chunks(sorted(by_work), filters)
         if _over(t0, config, diag):
             return cands, diag
-        infos = cands.doc_info(engine, chunks)
-        work_of = {i: infos[i].work_id for i in chunks if i in infos}
+        cands.infos.update(reached_chunks)  # what the reranker and diversity read of them too
+        work_of = {i: info.work_id for i, info in reached_chunks.items() if i not in have}
         new = sorted(work_of, key=lambda i: (-by_work.get(work_of[i], 0.0), i))[:config.max_new]
         citation.update({i: by_work[work_of[i]] for i in new})
     diag["added"] = len(new)

@@ -97,8 +97,7 @@ class MultiEngine:
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
         """DocInfo with the work id qualified like the ids (`<kb>:<work>`), so works of different
         knowledge bases never merge and citation neighbours (qualified too) meet their works."""
-        return {q: replace(info, work_id=f"{q.partition(SEP)[0]}{SEP}{info.work_id}")
-                for q, info in self._routed("doc_info", ids).items()}
+        return {q: _qualified(q.partition(SEP)[0], info) for q, info in self._routed("doc_info", ids).items()}
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("vectors", ids)
@@ -115,10 +114,11 @@ class MultiEngine:
     def count(self) -> int:
         return sum(e.count() for e in self.engines.values())
 
-    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
-        """Chunks of qualified work ids (`<kb>:<work>`), qualified."""
-        return sorted(f"{kb}{SEP}{i}" for kb, works in self._split(work_ids).items()
-                      for i in self.engines[kb].work_chunks(works, filters))
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> dict[str, DocInfo]:
+        """Chunks of qualified work ids (`<kb>:<work>`), qualified, their DocInfo as `doc_info` gives it."""
+        found = {f"{kb}{SEP}{i}": _qualified(kb, info) for kb, works in self._split(work_ids).items()
+                 for i, info in self.engines[kb].work_chunks(works, filters).items()}
+        return {i: found[i] for i in sorted(found)}
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
         return self._routed("authority", ids)
@@ -132,3 +132,7 @@ class MultiEngine:
                                                                                        nb.cocited))
             out[q] = Neighbors(cites, cited_by, cocited, nb.pagerank, nb.authority)
         return out
+
+
+def _qualified(kb: str, info: DocInfo) -> DocInfo:
+    return replace(info, work_id=f"{kb}{SEP}{info.work_id}")

@@ -165,8 +165,9 @@ class Engine(Reader, Protocol):
         ...
 
     def count(self) -> int: ...
-    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
-        """The ids of every chunk of these works that passes `filters`, sorted."""
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> dict[str, DocInfo]:
+        """Every chunk of these works that passes `filters`, with its DocInfo, in id order (what
+        citation expansion needs of the chunks it reaches, read with them)."""
         ...
 
     def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None

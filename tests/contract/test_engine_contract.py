@@ -4,6 +4,7 @@ a node is configured (always in CI). Each test runs the same calls with the same
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -78,10 +79,12 @@ def test_write_get_count_and_stats(engine) -> None:
     assert set(got) == {"a", "c"} and got["a"] == DOCS[0] and got["c"] == DOCS[2]
     info = engine.doc_info(["b"])["b"]
     assert info.work_id == "b" and info.authors == ("E. Heine", "É. Borel") and info.venue == "Math. Ann."
-    assert engine.work_chunks(["c", "a", "not-a-work"]) == ["a", "c"] and engine.work_chunks([]) == []
+    # in id order, each with the DocInfo `doc_info` gives
+    chunks = engine.work_chunks(["c", "a", "not-a-work"])
+    assert list(chunks) == ["a", "c"] and chunks == engine.doc_info(["a", "c"]) and engine.work_chunks([]) == {}
     # filtered as every channel filters: the licence of a chunk the caller may not see hides it
-    assert engine.work_chunks(["a", "b", "c"], Filters(license=["cc-by-4.0"])) == ["a", "c"]
-    assert engine.work_chunks(["a", "b", "c"], Filters(kind=["theorem"], date_range=DateRange(lte=1900))) == ["b"]
+    assert list(engine.work_chunks(["a", "b", "c"], Filters(license=["cc-by-4.0"]))) == ["a", "c"]
+    assert list(engine.work_chunks(["a", "b", "c"], Filters(kind=["theorem"], date_range=DateRange(lte=1900)))) == ["b"]
     st = engine.stats()
     assert (st.documents, st.vectors, st.codes) == (3, 3, 3)
     assert {"documents", "vectors", "hdc_codes"} <= set(st.as_dict())
@@ -297,6 +300,10 @@ def test_doc_info_is_the_documents_own(engine) -> None:
         with opensearch_requests(engine) as sent:
             assert engine.doc_info(["missing"]) == {}
         assert [what for what, _ in sent] == ["doc info"]
+    # a work's chunks come with the same DocInfo (OpenSearch: read in the request that finds them)
+    with opensearch_requests(engine) if hasattr(engine, "client") else nullcontext([]) as sent:
+        assert engine.work_chunks(["long", "c", "missing"]) == {"c": infos["c"], "long": infos["long"]}
+    assert [what for what, _ in sent] == (["scan"] if hasattr(engine, "client") else [])
 
 
 def test_citation_graph(engine) -> None:

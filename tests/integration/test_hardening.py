@@ -73,7 +73,7 @@ def test_reingesting_a_work_replaces_all_of_it(tmp_path, capsys) -> None:
     code, out, _ = run(capsys, "update", str(short), "--index-dir", idx, "--no-embed", "-q")
     assert code == 0 and f"removed {len(chunks)} chunks" in out
     with hybridsearch.open(idx) as h:
-        assert h.engine.work_chunks(["w"]) == ["w"] and h.search("zebraword", "lexical").hits == []
+        assert list(h.engine.work_chunks(["w"])) == ["w"] and h.search("zebraword", "lexical").hits == []
         assert h.search("brief", "lexical").hits[0].id == "w"
 
 

@@ -267,6 +267,7 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
     assert warning.endswith(f"`hybridsearch indices reindex {name}` moves it onto the current ones")
     engine = admin.engine(name)
     assert engine.doc_info(["old"])["old"].title == "Ancient title"  # from _source
+    assert engine.work_chunks(["old"]) == engine.doc_info(["old"])  # its chunks' DocInfo the same way
     # the strict older mapping gets the new fields at the first write
     engine.write([Document(id="new", title="Fresh title", text="x")])
     assert engine.doc_info(["new"])["new"].title == "Fresh title"
@@ -278,6 +279,10 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
         got = engine.doc_info(["old", "new"])
     assert {i: info.title for i, info in got.items()} == {"old": "Ancient title", "new": "Fresh title"}
     assert len(sent) == 1 and "title_bin" in sent[0][1][0]["docvalue_fields"], sent
+    # and a work's chunks come with theirs, in the same request
+    with opensearch_requests(engine) as sent:
+        assert engine.work_chunks(["new", "old"]) == got
+    assert len(sent) == 1, sent
 
 
 def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url

@@ -336,8 +336,10 @@ class EmbeddedEngine:
         rows = [got[lb] for lb in chosen if lb in got]
         return np.vstack(rows) if rows else np.zeros((0, self.dense_index.dim), dtype=np.float32)
 
-    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
-        return self.store.work_chunks(work_ids, filters)
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> dict[str, DocInfo]:
+        ids = self.store.work_chunks(work_ids, filters)
+        infos = self.doc_info(ids)
+        return {i: infos[i] for i in ids if i in infos}
 
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         return self.store.neighbors(ids)

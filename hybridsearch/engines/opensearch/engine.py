@@ -484,38 +484,48 @@ class OpenSearchEngine:
         except IndexNotFoundError:
             return 0
 
-    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> list[str]:
+    def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> dict[str, DocInfo]:
+        """With the DocInfo from doc values in the same requests (a chunk written before
+        `title_bin` existed is read as `doc_info` reads it)."""
         works = list(dict.fromkeys(work_ids))
         if not works:
-            return []
+            return {}
         flt = Q.filter_clauses(filters)
         try:
-            return sorted(i for p in range(0, len(works), _PAGE) for i, _ in self._scan(
-                {"bool": {"filter": [{"terms": {"work_id": works[p:p + _PAGE]}}, *flt]}}, ()))
+            found = dict(kv for p in range(0, len(works), _PAGE) for kv in self._scan(
+                {"bool": {"filter": [{"terms": {"work_id": works[p:p + _PAGE]}}, *flt]}}, (),
+                docvalues=Q.INFO_DOCVALUES))
         except IndexNotFoundError:  # before the first write
-            return []
+            return {}
+        out = {i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None}
+        older = [i for i in found if i not in out]
+        if older:
+            out.update(self.doc_info(older))
+        return {i: out[i] for i in sorted(out)}
 
     def _count(self, query: dict[str, Any]) -> int:
         with self._errors("count"):
             return int(self.client.count(index=self.index, body={"query": query})["count"])
 
-    def _scan(self, query: dict[str, Any], includes: Sequence[str] | None, limit: int | None = None
-              ) -> Iterator[tuple[str, dict[str, Any]]]:
+    def _scan(self, query: dict[str, Any], includes: Sequence[str] | None, limit: int | None = None, *,
+              docvalues: Sequence[str] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every matching chunk's (id, source), in id order (search_after on the id field). No
-        `includes` (an empty sequence): ids alone, from doc values, and empty sources."""
+        `includes` (an empty sequence): ids alone, from doc values, each with the `docvalues`
+        fields asked for (lists, as a hit's `fields`) instead of a source."""
         after: list[Any] | None = None
         seen = 0
         ids_only = includes is not None and not includes
+        by_id = {**Q.HITS_BY_ID, "docvalue_fields": list(dict.fromkeys(["id", *docvalues]))}
         while limit is None or seen < limit:
             size = _PAGE if limit is None else min(_PAGE, limit - seen)
             source: Any = list(includes) if includes is not None else {"excludes": Q.EXCLUDE_SOURCE}
             body: dict[str, Any] = {"size": size, "query": query, "sort": [{"id": "asc"}],
-                                    "track_total_hits": False, **(Q.HITS_BY_ID if ids_only else {"_source": source})}
+                                    "track_total_hits": False, **(by_id if ids_only else {"_source": source})}
             if after is not None:
                 body["search_after"] = after
             hits = self._search(body, "scan")["hits"]["hits"]
             for h in hits:
-                yield (Q.hit_id(h), {}) if ids_only else (h["_id"], h.get("_source", {}))
+                yield (Q.hit_id(h), h["fields"]) if ids_only else (h["_id"], h.get("_source", {}))
             seen += len(hits)
             if len(hits) < size:
                 return
