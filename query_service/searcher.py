@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,7 +17,7 @@ from hybridsearch.analysis import default_analyzer
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import VectorSampling, VectorSearch
-from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
+from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
 from hybridsearch.scoring import minmax, unzip
 from query_service.candidates import Candidates
@@ -153,6 +152,7 @@ class Searcher:
         # in the background (they keep the last meanwhile)
         self._measuring: dict[Any, Future[_Domain]] = {}
         self._domain_pool: ThreadPoolExecutor | None = None
+        self._closed = False  # under the domain lock: no background measure starts after close
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
         """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
@@ -199,6 +199,8 @@ class Searcher:
         and counts under diagnostics.stages."""
         if not query or not query.strip():
             raise QueryError("query text is empty")
+        if self._closed:
+            raise EngineUnavailableError("the searcher is closed")
         engine = self.engine
         if kb_names is not None:
             unknown = [n for n in kb_names if n not in self.kbs]
@@ -427,14 +429,19 @@ class Searcher:
 
     def measure_domain(self, rights: Collection[str]) -> None:
         """Measure the domain check's centroid for a caller with `rights` over every knowledge
-        base, so that no search waits for it (the service does this before it is ready)."""
+        base, so that no search waits for it (the service does this before it is ready). A measure
+        that fails is logged, and the first search that needs it takes it."""
         if isinstance(self.engine, VectorSampling):
-            self._domain(self.engine, visible(None, rights))
+            try:
+                self._domain(self.engine, visible(None, rights))
+            except HybridSearchError as e:
+                _log.warning("domain check: measuring the index failed (%s); the first search that needs it "
+                             "measures it", e)
 
     def _domain(self, engine: Any, filters: Filters | None) -> _Domain:
         """The last measure of the index for these licences; the first is taken here (searches
         with the same key wait for it, others go on), later ones in the background when due (see
-        `_outside`). At most DOMAIN_KEYS are kept, the oldest dropped first."""
+        `_outside`). At most DOMAIN_KEYS are kept, the one used longest ago dropped first."""
         count = int(engine.count())
         licences = tuple(sorted(filters.license)) if filters is not None and filters.license else None
         key = (tuple(sorted(engine.engines)) if isinstance(engine, MultiEngine) else id(engine), licences)
@@ -444,17 +451,20 @@ class Searcher:
             now = time.monotonic()
             if known is None and pending is None:
                 self._measuring[key] = mine
-            elif known is not None and pending is None and now >= known.retry_at and (
+            elif known is not None and pending is None and not self._closed and now >= known.retry_at and (
                     abs(count - known.chunks) * 10 > known.chunks
                     or (known.sampled < min(count, known.asked) and now - known.at >= DOMAIN_RESAMPLE_S)):
                 if self._domain_pool is None:
                     self._domain_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="domain")
-                with contextlib.suppress(RuntimeError):  # the searcher is closing: the last measure serves
-                    self._measuring[key] = self._domain_pool.submit(self._remeasure, key, engine, licences, count)
+                self._measuring[key] = self._domain_pool.submit(self._remeasure, key, engine, licences, count)
             if known is not None:
+                self._domains[key] = self._domains.pop(key)  # used last: dropped last
                 return known
         if pending is not None:
-            return pending.result()
+            try:
+                return pending.result()
+            except CancelledError:  # a background measure the closing searcher dropped
+                raise EngineUnavailableError("the searcher is closing") from None
         try:
             known = _measure(engine, licences, count)
         except BaseException as e:
@@ -469,7 +479,8 @@ class Searcher:
         return known
 
     def _keep(self, key: Any, measure: _Domain) -> None:
-        """Store a measure (under the lock), dropping the oldest beyond DOMAIN_KEYS."""
+        """Store a measure (under the lock), dropping the ones used longest ago beyond DOMAIN_KEYS."""
+        self._domains.pop(key, None)
         self._domains[key] = measure
         while len(self._domains) > DOMAIN_KEYS:
             del self._domains[next(iter(self._domains))]
@@ -511,13 +522,21 @@ class Searcher:
         except HybridSearchError:
             raise
         except (ValueError, RuntimeError) as e:
+            if self._closed:  # closed while this search ran: its pool is gone
+                raise EngineUnavailableError("the searcher is closed") from e
             raise QueryError(f"search failed: {e}") from e
 
     def close(self) -> None:
+        """Searches are refused from now on (EngineUnavailableError); a domain measure under way
+        ends, and one not begun is dropped."""
+        with self._domain_lock:
+            self._closed, pool = True, self._domain_pool
         if self._pool is not None:
             self._pool.shutdown()
-        if self._domain_pool is not None:  # a measure under way ends; one not begun is dropped
-            self._domain_pool.shutdown(cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+            with self._domain_lock:
+                self._measuring = {k: f for k, f in self._measuring.items() if not f.cancelled()}
         if self.query_log is not None:
             self.query_log.close()
 

@@ -291,3 +291,22 @@ def test_start_up_measures_the_domain_for_either_kind_of_key(demo_copy, tmp_path
         assert res.status_code == 200 and not res.json()["reranked"] and not res.json()["candidates"]
         assert "centroid" in res.json()["diagnostics"]["reason"]
         assert len(sampled) == 2  # the request used the measure taken at start-up
+
+
+@pytest.mark.opensearch
+def test_start_up_against_an_index_not_yet_created(opensearch_index, tmp_path, caplog) -> None:
+    """A service on an OpenSearch index nobody has ingested into yet comes up (the domain check's
+    measure waits for a search that needs it) and answers 503 until the index exists."""
+    from starlette.testclient import TestClient
+
+    from query_service.http import create_app
+    from query_service.keys import KeyStore
+
+    keys = tmp_path / "keys.json"
+    key = KeyStore(keys).add("readers", ["open"], None)
+    app = create_app(opensearch_index.url, index="papers", keys_file=keys, options={"index": opensearch_index.index})
+    with TestClient(app) as client:
+        assert client.get("/readyz").status_code == 200
+        res = client.post("/retrieve", json={"query": "compact spaces"}, headers={"Authorization": f"Bearer {key}"})
+        assert res.status_code == 503 and res.json()["detail"].endswith("ingest into it first"), res.json()
+    assert "domain check: measuring the index failed" in caplog.text

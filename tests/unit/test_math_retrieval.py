@@ -313,11 +313,61 @@ def test_a_failed_measure_keeps_the_last_and_is_tried_again(demo_copy, encoder, 
         s.close()
 
 
+def test_closing_drops_the_measures_not_begun(demo_copy, encoder, monkeypatch) -> None:
+    """`close` lets a background measure under way finish and drops the ones queued behind it; no
+    measure starts after it, and a search after it is refused as the engine being unavailable
+    (the service answers 503)."""
+    import threading
+
+    from hybridsearch.errors import EngineUnavailableError
+    from hybridsearch.models import Document, Filters
+    from indexer.pipeline import embed_missing
+
+    query = "ring sizes for engagement rings"
+    gate, started = threading.Event(), threading.Event()
+    sampled: list[str] = []
+
+    def held(filters) -> None:  # background measures wait at the gate
+        sampled.append(threading.current_thread().name)
+        if threading.current_thread().name.startswith("domain"):
+            started.set()
+            assert gate.wait(30), "the gate was never opened"
+
+    before_vector_sample(monkeypatch, held)
+    with EmbeddedEngine(demo_copy) as engine:
+        s = Searcher(engine, encoder=encoder)
+        held_out = Filters(license=["cc-by-4.0"])
+        reasons = {None: s.search(query, "hybrid").diagnostics["reason"],
+                   "held": s.search(query, "hybrid", filters=held_out).diagnostics["reason"]}
+        assert len(sampled) == 2
+        grown = [Document(id=f"life-{r}-{i}", title=t, text=x)  # nothing about rings: still out of the domain
+                 for r in range(3) for i, (t, x) in enumerate(EVERYDAY[3:])]
+        assert len(grown) * 10 > engine.count()
+        engine.write(grown)
+        embed_missing(engine, encoder, progress=False)
+        # grown by more than a tenth: each key's next search queues a measure, the second behind the first
+        assert s.search(query, "hybrid").diagnostics["reason"] == reasons[None]
+        assert started.wait(30)
+        assert s.search(query, "hybrid", filters=held_out).diagnostics["reason"] == reasons["held"]
+        closing = threading.Thread(target=s.close)
+        closing.start()
+        closing.join(0.5)
+        assert closing.is_alive()  # waits for the measure under way
+        gate.set()
+        closing.join(30)
+        assert not closing.is_alive() and len(sampled) == 3 and not s._measuring
+        with pytest.raises(EngineUnavailableError, match="^the searcher is closed$"):
+            s.search(query, "hybrid", filters=held_out)
+        assert len(sampled) == 3  # nothing measured after close
+
+
 def test_a_first_measure_holds_up_only_searches_of_its_own_key(demo_copy, encoder, monkeypatch) -> None:
     """While one licence set's first measure is being taken, searches with another go on, and a
     second search with the same set waits for that measure rather than taking its own. At most
-    DOMAIN_KEYS measures are kept (a request's licence filter makes a key of its own)."""
+    DOMAIN_KEYS measures are kept (a request's licence filter makes a key of its own), the one used
+    longest ago dropped first."""
     import threading
+    from concurrent.futures import Future
 
     import query_service.searcher as searcher_mod
     from hybridsearch.models import Filters
@@ -336,6 +386,15 @@ def test_a_first_measure_holds_up_only_searches_of_its_own_key(demo_copy, encode
 
     before_vector_sample(monkeypatch, held)
     monkeypatch.setattr(searcher_mod, "DOMAIN_KEYS", 2)
+    waiting = threading.Event()  # set when the second search waits for the first one's measure
+    result = Future.result
+
+    def watched(self, timeout=None):
+        if threading.current_thread().name == "second" and self in list(s._measuring.values()):
+            waiting.set()
+        return result(self, timeout)
+
+    monkeypatch.setattr(Future, "result", watched)
     with EmbeddedEngine(demo_copy) as engine:
         s = Searcher(engine, encoder=encoder)
         # copies of the unit the query comes nearest (cosine 0.418: gated) under two licences
@@ -353,19 +412,22 @@ def test_a_first_measure_holds_up_only_searches_of_its_own_key(demo_copy, encode
         first = threading.Thread(target=search_held, args=("first",))
         first.start()
         assert started.wait(30)
-        second = threading.Thread(target=search_held, args=("second",))
+        second = threading.Thread(target=search_held, args=("second",), name="second")
         second.start()
         assert s.search(query, "hybrid").diagnostics.get("reason") == everyone  # not held up
         assert first.is_alive()  # still measuring
-        time.sleep(1.0)  # time for the second search to reach the measure it waits for
+        assert waiting.wait(30), "the second search did not wait for the first one's measure"
         gate.set()
         first.join(30)
         second.join(30)
         assert sampled.count(("held",)) == 1 and results["first"] == results["second"]
         assert sampled.count(None) == 1
-        s.search(query, "hybrid", filters=Filters(license=["other"]))  # a third key drops the oldest
+        s.search(query, "hybrid")  # the key of all licences, measured first, used last
+        s.search(query, "hybrid", filters=Filters(license=["other"]))  # a third key drops "held"
         s.search(query, "hybrid")
-        assert sampled.count(None) == 2
+        assert sampled.count(None) == 1
+        s.search(query, "hybrid", filters=Filters(license=["held"]))
+        assert sampled.count(("held",)) == 2
         s.close()
 
 
