@@ -428,3 +428,23 @@ def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, 
     finally:
         remote.close()
         embedded.close()
+
+
+def test_an_index_keeps_the_knn_engine_it_was_made_with(admin, name) -> None:
+    """A process set to another k-NN engine than the one an index was made with reads that index's
+    scores by the index's own (faiss scores inner products 1 + ip, Lucene cosines (1 + cos) / 2):
+    the same cosines, and `stats` names the index's engine."""
+    from hybridsearch.config import Settings
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+
+    engine = admin.engine(name)
+    vecs = unit_vectors(3)
+    engine.write([Document(id=f"d{i}", title=f"t{i}", text="x") for i in range(3)], vecs)
+    want = engine.knn(vecs[0], 3)
+    assert want.ids[0] == "d0" and want.scores[0] == pytest.approx(1.0, abs=1e-5)
+    other = OpenSearchEngine(engine.raw_url, index=name, settings=Settings(opensearch_knn_engine="faiss"))
+    got = other.knn(vecs[0], 3)
+    assert got.ids == want.ids and got.scores == pytest.approx(want.scores, abs=1e-6)
+    assert other.stats().details["knn_engine"] == "lucene" and other.space_type == "cosinesimil"
+    other.close()
+    engine.close()

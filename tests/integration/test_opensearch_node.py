@@ -321,6 +321,25 @@ class TestLocalNode:
         with pytest.raises(ConfigError, match=refused):
             Admin(url, settings=faiss).reindex("on-lucene")
         assert [i["index"] for i in _call("GET", f"{url}/_cat/indices/on-lucene-*?format=json")] == ["on-lucene-v1"]
+        # a snapshot records each index's k-NN engine, and a restore checks it before anything
+        # changes; a faiss index's snapshot is one another cluster made (this node cannot hold one)
+        admin = Admin(url, settings=Settings())
+        admin.repo_add("faiss-check")
+        made = admin.snapshot_create("lucene-snap", "faiss-check", ["on-lucene"])
+        meta = admin.client.snapshot.get(repository="faiss-check", snapshot="lucene-snap")["snapshots"][0]["metadata"]
+        assert meta["hybridsearch"] == {"indices": made["indices"], "knn_engines": {"on-lucene": "lucene"}}
+        admin.client.snapshot.create(repository="faiss-check", snapshot="faiss-snap", body={
+            "indices": "on-lucene-v1", "include_global_state": False, "metadata": {"hybridsearch": {
+                "indices": {"on-lucene": "on-lucene-v1"}, "knn_engines": {"on-lucene": "faiss"}}}},
+            params={"wait_for_completion": "true"})
+        admin.delete("on-lucene")
+        with pytest.raises(ConfigError, match=r"^snapshot 'faiss-snap': index 'on-lucene' \(k-NN engine 'faiss'\) "
+                                              r"needs the k-NN plugin's native libraries, .*; restore it on a "
+                                              r"cluster that has them$"):
+            admin.snapshot_restore("faiss-snap", "faiss-check")
+        assert not _call("GET", f"{url}/_cat/indices/on-lucene-*?format=json")
+        assert admin.snapshot_restore("lucene-snap", "faiss-check")["indices"] == {"on-lucene": "on-lucene-v1"}
+        admin.close()
         assert _call("GET", f"{url}/_cluster/health")["status"] in ("green", "yellow")
 
     def test_starts_with_a_red_index_and_names_it(self, running: tuple[LocalNode, str],

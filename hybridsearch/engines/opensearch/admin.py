@@ -165,11 +165,13 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
     return out
 
 
-def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: Q.KnnEngine) -> None:
+def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: str, what: str | None = None,
+                     remedy: str = "use 'lucene'") -> None:
     """Refuse a k-NN engine other than Lucene on a cluster with a node that lacks the k-NN plugin's
     native libraries (as `hybridsearch opensearch start`'s node does): the first refresh of such a
     field would kill that node, and every start after it. A caller that may not read node
-    attributes (403) is not refused: its cluster is not that node."""
+    attributes (403) is not refused: its cluster is not that node. `what` names what asks for the
+    engine (default: the setting)."""
     if knn_engine == "lucene":
         return
     try:
@@ -178,8 +180,8 @@ def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: Q.KnnEngine) -
         return
     lacking = sorted({a["node"] for a in attrs if a.get("attr") == NATIVE_KNN_ATTR and a.get("value") == "absent"})
     if lacking:
-        raise ConfigError(f"opensearch_knn_engine: {knn_engine!r} needs the k-NN plugin's native libraries, "
-                          f"which node {', '.join(lacking)} lacks (assembled from Maven Central); use 'lucene'")
+        raise ConfigError(f"{what or f'opensearch_knn_engine: {knn_engine!r}'} needs the k-NN plugin's native "
+                          f"libraries, which node {', '.join(lacking)} lacks (assembled from Maven Central); {remedy}")
 
 
 def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine) -> list[Change]:
@@ -662,18 +664,26 @@ class Admin:
             raise IndexNotFoundError(f"no live version of {', '.join(ix.name for ix in chosen)} to snapshot")
         with self.errors("create snapshot"):
             repo = self._check_repo(repo)
+            mappings = self.client.indices.get_mapping(index=",".join(live.values()))
+            # what a restore checks before bringing them back (a faiss field kills a node without
+            # the k-NN plugin's native libraries)
+            knn = {n: mappings[c]["mappings"].get("properties", {}).get("dense", {}).get("method", {}).get("engine")
+                   for n, c in live.items()}
             got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
                 "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
-                "metadata": {"hybridsearch": {"indices": live}}}, params={"wait_for_completion": "true"})
+                "metadata": {"hybridsearch": {"indices": live, "knn_engines": knn}}},
+                params={"wait_for_completion": "true"})
         s = got["snapshot"]
         if s["state"] != "SUCCESS":
             raise EngineError(f"snapshot {snapshot!r} ended {s['state']}: {s.get('failures')}")
         return {"snapshot": snapshot, "repository": repo, "state": s["state"], "indices": live,
                 "seconds": s.get("duration_in_millis", 0) / 1000}
 
-    def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None) -> dict[str, str]:
+    def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None
+                ) -> tuple[dict[str, str], dict[str, str]]:
         """{logical index: concrete index} of a successful hybridsearch snapshot, for `names` (all
-        by default)."""
+        by default), and the k-NN engine of each as recorded (snapshots made before the record:
+        none)."""
         with self.errors("read snapshot"):
             got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
         snaps = got.get("snapshots") or []
@@ -681,7 +691,8 @@ class Admin:
             raise IndexNotFoundError(f"no snapshot {snapshot!r} in repository {repo!r}")
         if snaps[0].get("state") != "SUCCESS":
             raise EngineError(f"snapshot {snapshot!r} is {snaps[0].get('state')}, not SUCCESS; not restoring it")
-        stored: dict[str, str] = (snaps[0].get("metadata") or {}).get("hybridsearch", {}).get("indices", {})
+        ours = (snaps[0].get("metadata") or {}).get("hybridsearch", {})
+        stored: dict[str, str] = ours.get("indices", {})
         if not stored:
             raise IndexNotFoundError(f"snapshot {snapshot!r} was not made by `hybridsearch snapshot create` "
                                      "(it names no logical index)")
@@ -691,12 +702,13 @@ class Admin:
                 raise IndexNotFoundError(f"snapshot {snapshot!r} holds no index {', '.join(map(repr, unknown))}; it "
                                          f"holds {', '.join(sorted(stored))}")
             stored = {n: stored[n] for n in names}
-        return stored
+        knn = {n: e for n, e in (ours.get("knn_engines") or {}).items() if n in stored and e}
+        return stored, knn
 
     def restore_conflicts(self, snapshot: str, repo: str | None = None,
                           names: Sequence[str] | None = None) -> list[str]:
         """The existing logical indices a restore of `snapshot` would replace."""
-        stored = self._stored(snapshot, self._check_repo(repo), names)
+        stored, _ = self._stored(snapshot, self._check_repo(repo), names)
         return sorted(ix.name for ix in self.indices() if ix.name in stored)
 
     def snapshot_restore(self, snapshot: str, repo: str | None = None, names: Sequence[str] | None = None,
@@ -706,14 +718,19 @@ class Admin:
         version, the aliases move to that version in one request, and only then are the old
         versions deleted."""
         repo = self._check_repo(repo)
-        stored = self._stored(snapshot, repo, names)
+        stored, knn = self._stored(snapshot, repo, names)
         present = {ix.name: ix for ix in self.indices() if ix.name in stored}
         if present and not replace:
             raise ConfigError(f"index {', '.join(sorted(present))} exists at {self.url}; pass --yes to replace it")
         t0 = time.perf_counter()
         restored: dict[str, str] = {}
         with self.errors("restore snapshot"):
-            check_native_knn(self.client, self.settings.opensearch_knn_engine)  # before anything changes
+            # before anything changes: the engine each index was made with (not known for a snapshot
+            # made before it was recorded), and the one the templates put back name
+            for name, engine in sorted(knn.items()):
+                check_native_knn(self.client, engine, f"snapshot {snapshot!r}: index {name!r} (k-NN engine "
+                                 f"{engine!r})", "restore it on a cluster that has them")
+            check_native_knn(self.client, self.settings.opensearch_knn_engine)
             for name, concrete in stored.items():
                 ix = present.get(name)
                 taken = [v.version for v in ix.versions] if ix else []

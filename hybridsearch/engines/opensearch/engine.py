@@ -155,8 +155,10 @@ class OpenSearchEngine:
         self.raw_url = url  # with any credentials it carries: for further clients, never for messages
         self.index = check_index_name(index or s.opensearch_index)
         self.write_alias = f"{self.index}-write"
+        # the k-NN engine of new indices; an existing index keeps its own, read with its mapping
         self.knn_engine: Q.KnnEngine = s.opensearch_knn_engine
         self.space_type = Q.SPACE_TYPE[self.knn_engine]
+        self._knn_read = False
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
         self._lexicon_checked = False
@@ -249,13 +251,22 @@ class OpenSearchEngine:
         return [r["hits"]["hits"] for r in got["responses"]]
 
     def _live(self, what: str) -> tuple[str, dict[str, Any]]:
-        """The version behind the read alias and its hybridsearch `_meta`, in one request."""
+        """The version behind the read alias and its hybridsearch `_meta`, in one request; notes the
+        k-NN engine and space type its `dense` field was made with (an index made with another
+        `opensearch_knn_engine` than this process's keeps its own, and its scores read by it)."""
         with self._errors(what):
             got = self.client.indices.get_mapping(index=self.index)
         name = sorted(got)[0]
         if name == self.index:  # a concrete index of that name, not our alias
             raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
-        meta: dict[str, Any] = got[name]["mappings"].get("_meta", {}).get("hybridsearch", {})
+        mappings = got[name]["mappings"]
+        dense = mappings.get("properties", {}).get("dense", {})
+        engine = dense.get("method", {}).get("engine")
+        if engine in Q.SPACE_TYPE:
+            self.knn_engine = engine
+            self.space_type = dense.get("space_type") or Q.SPACE_TYPE[engine]
+        self._knn_read = True
+        meta: dict[str, Any] = mappings.get("_meta", {}).get("hybridsearch", {})
         return name, meta
 
     def _concrete_index(self) -> str:
@@ -645,6 +656,8 @@ class OpenSearchEngine:
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
         if k <= 0:
             return RankedList.of("dense", [], [])
+        if not self._knn_read:
+            self._live("knn")  # how this index's scores read
         v = self._query_vector(vec)
         body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search)
         hits = self._search(body, "knn")["hits"]["hits"]
