@@ -5,7 +5,7 @@ citation-expansion scores)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -96,9 +96,9 @@ class Candidates:
                 "seeds": self.seeds, "infos": self.infos, "cosines": self.cosines}
         return Candidates(items, **{**kept, **changes})
 
-    def doc_info(self, engine: Reader, ids: Sequence[str] | None = None) -> dict[str, DocInfo]:
-        """DocInfo of `ids` (default: every candidate), fetching only what is not known yet."""
-        missing = [i for i in (self.ids if ids is None else ids) if i not in self.infos]
+    def doc_info(self, engine: Reader) -> dict[str, DocInfo]:
+        """DocInfo of every candidate (and of what else is known), fetching only what is not known yet."""
+        missing = [i for i in self.ids if i not in self.infos]
         if missing:
             self.infos.update(engine.doc_info(missing))
         return self.infos
