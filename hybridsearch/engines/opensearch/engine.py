@@ -474,18 +474,21 @@ class OpenSearchEngine:
         return {i: Q.from_source(src) for i, src in self._sources(ids).items()}
 
     def doc_info(self, ids: Sequence[str]) -> dict[str, DocInfo]:
-        """From doc values; a chunk written before `title_bin` existed is read with `title.raw`,
-        and one without that either from `_source` (an id that does not exist is not asked for
-        again)."""
-        out: dict[str, DocInfo] = {}
-        rest = list(ids)
-        for fields in (Q.INFO_DOCVALUES, Q.INFO_DOCVALUES_RAW):
-            found = self._fields(rest, fields, "doc info", docvalues=True)
-            out.update({i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None})
-            rest = [i for i in found if i not in out]  # an id that does not exist drops out here
-            if not rest:
-                return out
-        out.update({i: Q.info_from_source(s) for i, s in self._fields(rest, Q.INFO_FIELDS, "doc info").items()})
+        """From doc values (see `_infos`)."""
+        return self._infos(self._fields(ids, Q.INFO_DOCVALUES, "doc info", docvalues=True))
+
+    def _infos(self, found: Mapping[str, Mapping[str, list[Any]]]) -> dict[str, DocInfo]:
+        """DocInfo of existing chunks from their INFO_DOCVALUES (hits' `fields`, by id); a chunk
+        written before `title_bin` existed is read again with `title.raw`, and one without that
+        either from `_source`."""
+        out = {i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None}
+        rest = [i for i in found if i not in out]
+        if rest:
+            raw = self._fields(rest, Q.INFO_DOCVALUES_RAW, "doc info", docvalues=True)
+            out.update({i: info for i, f in raw.items() if (info := Q.info_from_docvalues(f)) is not None})
+            rest = [i for i in raw if i not in out]
+        if rest:
+            out.update({i: Q.info_from_source(s) for i, s in self._fields(rest, Q.INFO_FIELDS, "doc info").items()})
         return out
 
     def count(self) -> int:
@@ -508,10 +511,7 @@ class OpenSearchEngine:
                 docvalues=Q.INFO_DOCVALUES))
         except IndexNotFoundError:  # before the first write
             return {}
-        out = {i: info for i, f in found.items() if (info := Q.info_from_docvalues(f)) is not None}
-        older = [i for i in found if i not in out]
-        if older:
-            out.update(self.doc_info(older))
+        out = self._infos(found)
         return {i: out[i] for i in sorted(out)}
 
     def _count(self, query: dict[str, Any]) -> int:
