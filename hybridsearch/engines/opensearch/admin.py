@@ -667,8 +667,7 @@ class Admin:
             mappings = self.client.indices.get_mapping(index=",".join(live.values()))
             # what a restore checks before bringing them back (a faiss field kills a node without
             # the k-NN plugin's native libraries)
-            knn = {n: mappings[c]["mappings"].get("properties", {}).get("dense", {}).get("method", {}).get("engine")
-                   for n, c in live.items()}
+            knn = {n: Q.dense_method(mappings[c]["mappings"])[0] for n, c in live.items()}
             got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
                 "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
                 "metadata": {"hybridsearch": {"indices": live, "knn_engines": knn}}},

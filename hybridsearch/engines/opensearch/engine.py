@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -260,11 +260,9 @@ class OpenSearchEngine:
         if name == self.index:  # a concrete index of that name, not our alias
             raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
         mappings = got[name]["mappings"]
-        dense = mappings.get("properties", {}).get("dense", {})
-        engine = dense.get("method", {}).get("engine")
+        engine, space_type = Q.dense_method(mappings)
         if engine in Q.SPACE_TYPE:
-            self.knn_engine = engine
-            self.space_type = dense.get("space_type") or Q.SPACE_TYPE[engine]
+            self.knn_engine, self.space_type = cast(Q.KnnEngine, engine), space_type or Q.SPACE_TYPE[engine]
         self._knn_read = True
         meta: dict[str, Any] = mappings.get("_meta", {}).get("hybridsearch", {})
         return name, meta

@@ -297,6 +297,13 @@ def hybrid_query(terms: Mapping[str, float], fields: Mapping[str, float], vector
 
 
 # -- scores -----------------------------------------------------------------------------------
+def dense_method(mappings: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The k-NN engine and space type an index's `dense` field was made with, as its mappings
+    name them (None where they do not)."""
+    dense = mappings.get("properties", {}).get("dense", {})
+    return dense.get("method", {}).get("engine"), dense.get("space_type")
+
+
 def cosine_from_score(score: float, space_type: str) -> float:
     """Raw cosine from a k-NN `_score`: cosinesimil scores (1 + cos) / 2; innerproduct scores
     1 + ip for ip >= 0 and 1 / (1 - ip) below (the vectors are normalised, so ip is the cosine)."""
