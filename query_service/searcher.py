@@ -474,12 +474,13 @@ class Searcher:
             raise
         with self._domain_lock:
             self._keep(key, known)
-            del self._measuring[key]
         mine.set_result(known)
         return known
 
     def _keep(self, key: Any, measure: _Domain) -> None:
-        """Store a measure (under the lock), dropping the ones used longest ago beyond DOMAIN_KEYS."""
+        """Store the measure taken for `key` (under the lock) in place of the one under way, dropping
+        the ones used longest ago beyond DOMAIN_KEYS."""
+        del self._measuring[key]
         self._domains.pop(key, None)
         self._domains[key] = measure
         while len(self._domains) > DOMAIN_KEYS:
@@ -503,7 +504,6 @@ class Searcher:
             return last
         with self._domain_lock:
             self._keep(key, fresh)
-            del self._measuring[key]
         return fresh
 
     def _run_channels(self, prof: Profile, ctx: QueryContext, engine: Any) -> dict[str, RankedList]:
