@@ -368,9 +368,11 @@ def main() -> None:
         ingest = bench_ingest(ds, embedded, search, tmp)
         (settings,) = search.client.indices.get_settings(index=search.index, name="index.number_of_shards").values()
         shards = settings["settings"]["index"]["number_of_shards"]
+        details = search.stats().details
         print(f"\n# {ds.name}: {ingest['opensearch'][0]:,} documents, {len(queries)} test queries; "
-              f"OpenSearch {version} at {search.url}, index {search.index} (knn engine {search.knn_engine}, "
-              f"space {search.space_type}, {shards} shard(s)); embedding precision {getattr(enc, 'precision', '?')}")
+              f"OpenSearch {version} at {search.url}, index {search.index} (knn engine {details['knn_engine']}, "
+              f"space {details['space_type']}, {shards} shard(s)); "
+              f"embedding precision {getattr(enc, 'precision', '?')}")
         print_ingest(ingest)
         report = compare(ds, {"embedded": embedded, "opensearch": search}, encoder=enc)
         print(f"\n## 2. Parity, embedded vs OpenSearch (all {next(iter(report.channels.values())).queries} "

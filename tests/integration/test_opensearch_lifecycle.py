@@ -445,6 +445,39 @@ def test_an_index_keeps_the_knn_engine_it_was_made_with(admin, name) -> None:
     other = OpenSearchEngine(engine.raw_url, index=name, settings=Settings(opensearch_knn_engine="faiss"))
     got = other.knn(vecs[0], 3)
     assert got.ids == want.ids and got.scores == pytest.approx(want.scores, abs=1e-6)
-    assert other.stats().details["knn_engine"] == "lucene" and other.space_type == "cosinesimil"
+    details = other.stats().details
+    assert (details["knn_engine"], details["space_type"]) == ("lucene", "cosinesimil")
     other.close()
     engine.close()
+
+
+def test_a_reader_follows_a_reindex_to_another_knn_method(admin, name, monkeypatch) -> None:
+    """A reindex may make the next version with another k-NN method (`opensearch_knn_engine`
+    changed in between); a process that read the last one reads the new version's scores by the new
+    method from its next kNN, without a restart. This node has no native k-NN libraries, so the
+    other method is Lucene's inner product (scored 1 + ip, as faiss's is), made by the reindex with
+    the chunk template's space type set to it."""
+    from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.engines.opensearch.admin import apply_chunk_templates
+
+    writer = admin.engine(name)
+    vecs = unit_vectors(4)
+    vecs[1] = -vecs[0]  # cosine -1: the far end of both formulas
+    writer.write([Document(id=f"d{i}", title=f"t{i}", text="x") for i in range(4)], vecs)
+    reader = admin.engine(name)
+    want = reader.knn(vecs[0], 4)
+    assert want.ids[0] == "d0" and want.ids[-1] == "d1"
+    cosines = [float(vecs[0] @ vecs[int(i[1:])]) for i in want.ids]
+    assert want.scores == pytest.approx(cosines, abs=1e-5)
+    with monkeypatch.context() as m:
+        m.setitem(Q.SPACE_TYPE, "lucene", "innerproduct")
+        admin.reindex(name)
+    try:
+        assert admin.engine(name).stats().details["space_type"] == "innerproduct"
+        got = reader.knn(vecs[0], 4)  # read by (1 + cos) / 2 this would say 3.0 for d0
+        assert got.ids == want.ids and got.scores == pytest.approx(cosines, abs=1e-5)
+        assert reader.stats().details["concrete_index"] == f"{name}-v2"
+    finally:
+        apply_chunk_templates(admin.client, name, "lucene")  # the shared component template as it was
+    reader.close()
+    writer.close()

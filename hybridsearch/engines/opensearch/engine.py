@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -155,10 +155,9 @@ class OpenSearchEngine:
         self.raw_url = url  # with any credentials it carries: for further clients, never for messages
         self.index = check_index_name(index or s.opensearch_index)
         self.write_alias = f"{self.index}-write"
-        # the k-NN engine of new indices; an existing index keeps its own, read with its mapping
+        # the k-NN engine of new indices; an existing version keeps its own, read with its mapping
         self.knn_engine: Q.KnnEngine = s.opensearch_knn_engine
-        self.space_type = Q.SPACE_TYPE[self.knn_engine]
-        self._knn_read = False
+        self._dense: tuple[str, str, str] | None = None  # (version, k-NN engine, space type) last read
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
         self._lexicon_checked = False
@@ -252,20 +251,34 @@ class OpenSearchEngine:
 
     def _live(self, what: str) -> tuple[str, dict[str, Any]]:
         """The version behind the read alias and its hybridsearch `_meta`, in one request; notes the
-        k-NN engine and space type its `dense` field was made with (an index made with another
-        `opensearch_knn_engine` than this process's keeps its own, and its scores read by it)."""
+        k-NN method of its `dense` field (see `_dense_method`)."""
         with self._errors(what):
             got = self.client.indices.get_mapping(index=self.index)
         name = sorted(got)[0]
         if name == self.index:  # a concrete index of that name, not our alias
             raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
         mappings = got[name]["mappings"]
-        engine, space_type = Q.dense_method(mappings)
-        if engine in Q.SPACE_TYPE:
-            self.knn_engine, self.space_type = cast(Q.KnnEngine, engine), space_type or Q.SPACE_TYPE[engine]
-        self._knn_read = True
+        self._note_dense(name, mappings)
         meta: dict[str, Any] = mappings.get("_meta", {}).get("hybridsearch", {})
         return name, meta
+
+    def _note_dense(self, version: str, mappings: Mapping[str, Any]) -> tuple[str, str, str]:
+        engine, space_type = Q.dense_method(mappings)
+        engine = engine if engine in Q.SPACE_TYPE else self.knn_engine
+        self._dense = dense = (version, engine, space_type or Q.SPACE_TYPE[engine])
+        return dense
+
+    def _dense_method(self, version: str) -> tuple[str, str, str]:
+        """(version, k-NN engine, space type) of a version's `dense` field. A version keeps the
+        engine it was made with, whatever this process's `opensearch_knn_engine`, and its kNN scores
+        read by that engine's formula; a reindex may make the next version with another, so this is
+        read again when a kNN's hits come from another version than the one last read."""
+        dense = self._dense
+        if dense is not None and dense[0] == version:
+            return dense
+        with self._errors("read mapping"):
+            got = self.client.indices.get_mapping(index=version)
+        return self._note_dense(version, got[version]["mappings"])
 
     def _concrete_index(self) -> str:
         return self._ours("read alias")[0]
@@ -580,14 +593,15 @@ class OpenSearchEngine:
 
     def stats(self) -> EngineStats:
         index, meta = self._ours("stats")
+        _, knn_engine, space_type = self._dense_method(index)
         graph = GraphSummary.of(meta.get("meta", {}).get("graph"))
         with self._errors("stats"):
             st = self.client.indices.stats(index=index, metric="docs,store")["indices"][index]["primaries"]
         return EngineStats(self.count(), self._count({"exists": {"field": "dense"}}),
                            self._count({"term": {"hdc_encoded": True}}), {
                                "engine": "opensearch", "url": self.url, "index": self.index, "concrete_index": index,
-                               "write_alias": self.write_alias, "knn_engine": self.knn_engine,
-                               "space_type": self.space_type, "store_bytes": st["store"]["size_in_bytes"],
+                               "write_alias": self.write_alias, "knn_engine": knn_engine,
+                               "space_type": space_type, "store_bytes": st["store"]["size_in_bytes"],
                                "lucene_docs": st["docs"]["count"], "lucene_deleted": st["docs"]["deleted"],
                                "graph": None if graph is None else graph.as_dict()})
 
@@ -654,13 +668,12 @@ class OpenSearchEngine:
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
         if k <= 0:
             return RankedList.of("dense", [], [])
-        if not self._knn_read:
-            self._live("knn")  # how this index's scores read
         v = self._query_vector(vec)
         body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search)
         hits = self._search(body, "knn")["hits"]["hits"]
+        space = {ix: self._dense_method(ix)[2] for ix in {h["_index"] for h in hits}}
         return RankedList.of("dense", [Q.hit_id(h) for h in hits],
-                             [Q.cosine_from_score(float(h["_score"]), self.space_type) for h in hits])
+                             [Q.cosine_from_score(float(h["_score"]), space[h["_index"]]) for h in hits])
 
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact cosine by the k-NN scoring script (cosinesimil scores (1 + cos) / 2)."""
