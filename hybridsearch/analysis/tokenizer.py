@@ -3,7 +3,8 @@ Porter stemming; hyphenated terms are kept whole and their parts are indexed too
 
 Field length: every emitted token counts, so "heat-kernel" adds three tokens (the whole term
 and its two parts). Both engines index this exact token stream (OpenSearch through a
-whitespace-only analyzer), so lengths and therefore BM25 scores agree.
+whitespace-only analyzer), so lengths and therefore BM25 scores agree. A term longer than the
+whitespace tokenizer's 255 UTF-16 code units is emitted in the pieces that tokenizer cuts it into.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from hybridsearch.analysis.stopwords import ENGLISH_STOPWORDS
 
 EDGE_PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u00b7\u2022\u00bf\u00a1"
 _CACHE_LIMIT = 400_000
+# Lucene's whitespace tokenizer (OpenSearch's `max_token_length`, default 255) ends a token once
+# it holds this many UTF-16 code units, and goes on with the rest of the word as the next token
+MAX_TOKEN_UNITS = 255
 
 
 class Analyzer:
@@ -60,7 +64,24 @@ class Analyzer:
         if "-" in tok:
             parts = [p.strip(EDGE_PUNCTUATION) for p in tok.split("-")]
             terms.extend(p for p in parts if p)
-        return [self._stemmer.stemWord(t) for t in terms if t not in ENGLISH_STOPWORDS]
+        return [p for t in terms if t not in ENGLISH_STOPWORDS for p in _pieces(self._stemmer.stemWord(t))]
+
+
+def _pieces(term: str) -> list[str]:
+    """The term as Lucene's whitespace tokenizer cuts it: a piece ends when it reaches
+    MAX_TOKEN_UNITS UTF-16 code units (256 when a surrogate pair crosses the mark)."""
+    if 2 * len(term) < MAX_TOKEN_UNITS:
+        return [term]
+    out: list[str] = []
+    start = units = 0
+    for i, ch in enumerate(term):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units >= MAX_TOKEN_UNITS:
+            out.append(term[start:i + 1])
+            start, units = i + 1, 0
+    if start < len(term):
+        out.append(term[start:])
+    return out
 
 
 _default: Analyzer | None = None
