@@ -24,15 +24,20 @@ BM25_FIELD_WEIGHTS: dict[str, float] = {
     "subjects": 1.25,
 }
 TEXT_FIELDS: tuple[str, ...] = tuple(f for f in BM25_FIELD_WEIGHTS if f != "subjects")
-# limits every engine can hold: OpenSearch ids are at most 512 bytes and its integers 32-bit
+# limits every engine can hold: OpenSearch ids are at most 512 bytes, its integers 32-bit, a
+# keyword value one Lucene term (32,766 bytes) and a JSON whole number 64-bit
 MAX_ID_BYTES = 512
 INT32_MAX = 2**31 - 1
+MAX_KEYWORD_BYTES = 32_766
+KEYWORD_FIELDS = ("work_id", "subjects", "authors", "venue", "date", "kind", "license", "source", "cites")
 
 
 def check_finite(value: Any, path: str = "") -> None:
-    """Reject NaN and infinities anywhere inside a JSON-like value."""
+    """Reject NaN, infinities and whole numbers beyond 64 bits anywhere inside a JSON-like value."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"non-finite number {value!r}" + (f" at {path}" if path else ""))
+    if isinstance(value, int) and not -2**63 <= value < 2**64:
+        raise ValueError("whole number outside the 64-bit range" + (f" at {path}" if path else ""))
     if isinstance(value, Mapping):
         for k, v in value.items():
             check_finite(v, f"{path}.{k}" if path else str(k))
@@ -305,6 +310,12 @@ def check_limits(doc: Document) -> None:
         value = getattr(doc, name)
         if value is not None and value > INT32_MAX:
             raise ValidationError(f"must be at most {INT32_MAX}", field=name, record=doc.id)
+    for name in KEYWORD_FIELDS:
+        value = getattr(doc, name)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and len(v.encode("utf-8")) > MAX_KEYWORD_BYTES:
+                raise ValidationError(f"a value longer than {MAX_KEYWORD_BYTES} bytes (UTF-8)", field=name,
+                                      record=doc.id)
     if "facts" in doc.metadata:
         try:
             check_facts(doc.metadata["facts"])

@@ -319,13 +319,17 @@ class GraphStore(Neighborhood, Protocol):
 
 
 def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
-    """Vectors as float32 (n, dim), every value finite."""
+    """Vectors as float32 (n, dim), every value finite, none all zeros (it has no cosine)."""
     arr = np.asarray(vectors, dtype=np.float32)
     if arr.shape != (n, dim):
         raise ValidationError(f"expected shape ({n}, {dim}), got {arr.shape}", field="vectors")
     bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
     if bad.size:
         raise ValidationError(f"row {int(bad[0])} has a non-finite value", field="vectors")
+    zero = np.flatnonzero(~arr.any(axis=1))
+    if zero.size:
+        raise ValidationError(f"row {int(zero[0])} is all zeros (a vector without a direction has no cosine)",
+                              field="vectors")
     return arr
 
 

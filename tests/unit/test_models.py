@@ -23,6 +23,7 @@ def test_aliases_map_to_canonical_fields() -> None:
     ({"id": "a", "title": "x", "year": "1958"}, "year", "integer"),
     ({"id": "a", "title": "x", "metadata": {"score": float("nan")}}, "metadata", "non-finite"),
     ({"id": "a", "title": "x", "metadata": {"w": [1.0, float("inf")]}}, "metadata", "non-finite"),
+    ({"id": "a", "title": "x", "metadata": {"n": {"big": 2**64}}}, "metadata", "outside the 64-bit range at n.big"),
     ({"id": "a", "title": "x", "colour": "red"}, "colour", "unknown field"),
 ])
 def test_invalid_records_name_record_and_field(record, field, message) -> None:
