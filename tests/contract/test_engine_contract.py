@@ -138,6 +138,20 @@ def test_term_stats(engine) -> None:
     assert stats.terms["compact"].idf == pytest.approx(math.log(1 + (3 - 1 + 0.5) / 1.5))
 
 
+def test_words_longer_than_lucenes_tokens_are_found_alike(engine) -> None:
+    """OpenSearch's whitespace tokenizer cuts a token after 255 UTF-16 code units; the shared
+    analysis emits the same pieces, so a 300-letter word and one of 200 characters outside the BMP
+    (two units each) are found, with the same statistics, on every engine."""
+    from hybridsearch.analysis import default_analyzer
+
+    ascii_word, astral_word = "z" * 300, "\U00020000" * 200
+    engine.write([Document(id="long", title="Long words", text=f"alpha {ascii_word} beta {astral_word}")])
+    pieces = default_analyzer().analyze(f"{ascii_word} {astral_word}")
+    assert [len(p) for p in pieces] == [255, 45, 128, 72]
+    assert engine.bm25(ascii_word).ids == ["long"] and engine.bm25(astral_word).ids == ["long"]
+    assert {t: s.df for t, s in engine.term_stats(pieces).terms.items()} == dict.fromkeys(pieces, 1)
+
+
 def test_dense_scores_are_raw_cosine(engine) -> None:
     hit = engine.knn(VECS[1], 1)
     assert hit.ids == ["b"] and hit.scores[0] == pytest.approx(1.0, abs=1e-5)
@@ -230,7 +244,7 @@ def test_update_replaces_and_delete_removes_in_every_channel(engine) -> None:
     assert engine.knn(new_vec[0], 1).ids == ["a"] and engine.knn(VECS[0], 3).ids.count("a") == 1
     assert engine.hamming({"topic": ENC.encode_document(new)["topic"]}, 1)["topic"].ids == ["a"]
     assert engine.get(["a"])["a"] == new and engine.count() == 3
-    assert engine.delete(["b", "nope"]) == ["b"]
+    assert engine.delete(["b", "nope", ""]) == ["b"]  # an id no chunk can have fails nothing
     assert "b" not in engine.bm25("compact").ids and "b" not in engine.knn(VECS[1], 3).ids
     assert "b" not in engine.hamming({"topic": CODES[1]["topic"]}, 3)["topic"].ids
     assert engine.count() == 2 and engine.get(["b"]) == {}
@@ -336,6 +350,12 @@ def test_citation_graph(engine) -> None:
     engine.write([DOCS[1]])  # rewritten unchanged: keeps its work's graph until the next build
     assert engine.neighbors(["b"])["b"].cited_by == ("a", "c")
     assert set(engine.authority(["b", "d"])) == {"b"}  # d was written after the build
+    # a chunk takes the graph of the work it is written into, as the last build saw that work
+    engine.write([DOCS[0].model_copy(update={"id": "b#1", "work_id": "b"})])
+    assert engine.neighbors(["b#1"])["b#1"] == engine.neighbors(["b"])["b"]
+    engine.write([DOCS[0].model_copy(update={"id": "b#1", "work_id": "unbuilt"})])
+    assert engine.neighbors(["b#1"]) == {"b#1": Neighbors()} and engine.authority(["b#1"]) == {}
+    engine.delete(["b#1"])
     summary, built = update_graph(engine)
     assert built and summary.works == 4 and summary.edges == 5
     nb = engine.neighbors(["a", "b", "d"])
@@ -354,8 +374,12 @@ def test_bad_input_is_rejected_and_nothing_is_stored(engine) -> None:
         engine.write(changed, bad)
     with pytest.raises(ValidationError, match="shape"):
         engine.write(changed, VECS[:2])
+    with pytest.raises(ValidationError, match="row 2 is all zeros"):
+        engine.write(changed, np.vstack([VECS[:2], np.zeros((1, 384), np.float32)]))
     with pytest.raises(ValidationError, match="duplicate id"):
         engine.write([changed[0], changed[0]])
+    with pytest.raises(ValidationError, match="record 'b', field 'cites': a value longer than 32766 bytes"):
+        engine.write([changed[0], changed[1].model_copy(update={"cites": ["b", "x" * 32767]})])
     with pytest.raises(ValidationError, match="512 uint8"):
         engine.write(changed[:1], codes=[{"topic": np.zeros(10, dtype=np.uint8)}])
     with pytest.raises(QueryError, match="mode must be one of most_fields, best_fields"):

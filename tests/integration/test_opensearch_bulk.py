@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from opensearchpy import helpers
 
-from hybridsearch.errors import BulkWriteError, EngineUnavailableError
+from hybridsearch.errors import BulkWriteError, EngineUnavailableError, IndexNotFoundError
 from hybridsearch.models import Document
 
 pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
@@ -29,28 +29,40 @@ def test_per_item_failures_name_ids_and_reasons(opensearch_index) -> None:
 
 
 def test_writes_never_create_a_stray_index(opensearch_index) -> None:
-    """The index is dropped behind the engine's back: the next write fails by id, and no index
-    without our mappings appears under the write alias' name."""
+    """The index is dropped behind the engine's back: the next write fails, naming the index
+    (at the read of what it keeps, or by id in the bulk request), and no index without our
+    mappings appears under the write alias' name."""
     engine = opensearch_index
     engine.write([Document(id="a", title="Alpha", text="x")])
     engine.client.indices.delete(index=f"{engine.index}-v1")
-    with pytest.raises(BulkWriteError, match="b: index_not_found_exception"):
+    with pytest.raises(IndexNotFoundError, match=f"no index '{engine.index}'"):
         engine.write([Document(id="b", title="Beta", text="y")])
+    assert not engine.client.indices.exists(index=engine.write_alias)
+    with pytest.raises(BulkWriteError, match="b: index_not_found_exception"):  # the bulk request alone
+        engine._bulk([{"_op_type": "create", "_index": engine.write_alias, "_id": "b", "_source": {"id": "b"}}])
     assert not engine.client.indices.exists(index=engine.write_alias)
 
 
 def test_items_rejected_with_429_are_sent_again(opensearch_index, monkeypatch) -> None:
     """The node answers 429 to one item of the first pass (injected: back-pressure cannot be
-    caused on demand); the engine sends that item again and it lands."""
+    caused on demand; the item is held back and reported rejected); the engine sends that item
+    again and it lands."""
     real = helpers.parallel_bulk
+    held: list[dict] = []
 
     def first_pass(client, actions, **kwargs):
-        for ok, item in real(client, actions, **kwargs):
-            (op, info), = item.items()
-            if info["_id"] == "d3":
-                yield False, {op: {**info, "status": 429, "error": {"type": "rejected_execution_exception"}}}
-            else:
-                yield ok, item
+        def sent():
+            for a in actions:
+                if a["_id"] == "d3" and not held:
+                    held.append(a)
+                else:
+                    yield a
+
+        yield from real(client, sent(), **kwargs)
+        for a in held[:1] if len(held) == 1 else []:  # once
+            held.append(a)
+            yield False, {a["_op_type"]: {"_index": a["_index"], "_id": a["_id"], "status": 429,
+                                          "error": {"type": "rejected_execution_exception"}}}
 
     monkeypatch.setattr(helpers, "parallel_bulk", first_pass)
     monkeypatch.setattr(opensearch_index.settings, "opensearch_bulk_docs", 2)
@@ -101,3 +113,62 @@ def test_first_writes_from_several_processes_at_once(opensearch_url) -> None:
         engines[0].drop()
         for e in engines:
             e.close()
+
+
+def test_a_write_keeps_what_a_worker_stored_meanwhile(opensearch_index, monkeypatch) -> None:
+    """A worker stores a chunk's vector, and a graph build its graph, between write's read of the
+    stored chunk and its bulk request (the interleaving is forced by running them inside that
+    read): the write meets the change, reads the chunk again and keeps both."""
+    import numpy as np
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+    from indexer.graph import update_graph
+
+    engine = opensearch_index
+    doc = Document(id="a", title="Alpha", text="x", cites=["b"], year=1990)
+    engine.write([doc, Document(id="b", title="Beta", text="y")])
+    update_graph(engine)
+    vec = np.random.default_rng(3).normal(size=(1, 384)).astype(np.float32)
+    vec /= np.linalg.norm(vec)
+    worker = OpenSearchEngine(engine.raw_url, index=engine.index)
+    real, reads = engine._mget, []
+
+    def read_then_worker(ids, includes=None):
+        got = real(ids, includes)
+        reads.append(list(ids))
+        if len(reads) == 1:
+            assert worker.set_vectors(["a"], vec, texts=[doc.dense_text]) == 1
+            worker.write([Document(id="c", title="Gamma", text="z", cites=["a"])])
+            assert update_graph(worker)[1]  # a is now cited by c
+        return got
+
+    monkeypatch.setattr(engine, "_mget", read_then_worker)
+    assert engine.write([doc.model_copy(update={"year": 1991})]) == 1  # the dense text is unchanged
+    assert reads == [["a"], ["a"]]  # read again after the conflict
+    assert engine.get(["a"])["a"].year == 1991 and engine.missing_vectors(ids=["a"]) == []
+    assert np.allclose(engine.vectors(["a"])["a"], vec[0]) and engine.neighbors(["a"])["a"].cited_by == ("c",)
+    worker.close()
+
+
+def test_a_write_never_goes_into_an_index_hybridsearch_did_not_make(opensearch_url) -> None:
+    """Both aliases name an index made by hand: the write is refused with one line, and that
+    index's mapping and documents stay as they were."""
+    import uuid
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+    from hybridsearch.errors import ConfigError
+
+    name = f"foreign-{uuid.uuid4().hex[:8]}"
+    engine = OpenSearchEngine(opensearch_url, index=name)
+    theirs = f"{name}-theirs"
+    engine.client.indices.create(index=theirs, body={"mappings": {"properties": {"x": {"type": "keyword"}}}})
+    engine.client.indices.update_aliases(body={"actions": [
+        {"add": {"index": theirs, "alias": name}}, {"add": {"index": theirs, "alias": f"{name}-write"}}]})
+    try:
+        with pytest.raises(ConfigError, match=f"index: '{name}' at .* was not made by hybridsearch"):
+            engine.write([Document(id="a", title="Alpha", text="x")])
+        props = engine.client.indices.get_mapping(index=theirs)[theirs]["mappings"]["properties"]
+        assert set(props) == {"x"} and engine.client.count(index=theirs)["count"] == 0
+    finally:
+        engine.client.indices.delete(index=theirs)
+        engine.close()

@@ -51,12 +51,21 @@ from hybridsearch.errors import (
     QueryError,
 )
 from hybridsearch.hdc import HdcEncoder
-from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
+from hybridsearch.models import (
+    BM25_FIELD_WEIGHTS,
+    MAX_ID_BYTES,
+    DocInfo,
+    Document,
+    Filters,
+    RankedList,
+    check_unique_ids,
+)
 from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, rescore_bm25, unzip
 
 _log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
+_WRITE_TRIES = 5  # a chunk changed by another writer between write's read and its write is tried again
 _SET_IF_HASH = "if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v } else { ctx.op = 'noop' }"
 
 
@@ -178,6 +187,7 @@ class OpenSearchEngine:
             return
         with self._lock, self._errors("create index"):
             if self.client.indices.exists_alias(name=self.index):
+                self._ours("write")  # never write into an index hybridsearch did not make
                 self._check_lexicon()
                 # an index made before these fields existed gets them here (its mapping is strict)
                 props = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]
@@ -202,10 +212,11 @@ class OpenSearchEngine:
                 except opensearchpy.exceptions.RequestError as e:
                     if e.error != "resource_already_exists_exception":  # another process was first
                         raise
+            # the aliases name a version whose primary is started: a process that finds them searches at once
+            self.client.cluster.health(index=first, wait_for_status="yellow")
             self.client.indices.update_aliases(body={"actions": [
                 {"add": {"index": first, "alias": self.index}},
                 {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
-            self.client.cluster.health(index=first, wait_for_status="yellow")
             self._ready = True
 
     def _check_lexicon(self) -> None:
@@ -295,7 +306,10 @@ class OpenSearchEngine:
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
               codes: Sequence[Codes] | None = None) -> int:
         """Bulk-index documents; returns how many. Returns when a search can see them (refresh).
-        An update without vectors keeps the stored vector while the dense text is unchanged."""
+        An update without vectors keeps the stored vector while the dense text is unchanged; a
+        chunk keeps its work's citation graph until the next build. What is kept is read from the
+        stored chunk and written back only if nothing changed the chunk in between (a worker's
+        vectors, codes or graph): a chunk changed meanwhile is read and written again."""
         docs = list(docs)
         if not docs:
             return 0
@@ -303,26 +317,65 @@ class OpenSearchEngine:
         vecs = check_vectors(vectors, len(docs), self.dim) if vectors is not None else None
         code_sets = check_codes(codes, len(docs)) if codes is not None else None
         self.ensure_index()
+        todo = list(range(len(docs)))
+        for _ in range(_WRITE_TRIES):
+            conflicts: set[str] = set()
+            self._bulk(self._write_actions([docs[i] for i in todo], None if vecs is None else vecs[todo],
+                                           None if code_sets is None else [code_sets[i] for i in todo]),
+                       conflicts=conflicts)
+            todo = [i for i in todo if docs[i].id in conflicts]
+            if not todo:
+                return len(docs)
+        ids = [docs[i].id for i in todo]
+        raise BulkWriteError(f"{len(ids)} of {len(docs)} items failed: {', '.join(ids[:5])}: changed by another "
+                             f"writer at each of {_WRITE_TRIES} attempts", dict.fromkeys(ids, "version conflict"))
+
+    def _write_actions(self, docs: list[Document], vecs: np.ndarray | None, code_sets: list[Codes] | None
+                       ) -> Iterator[dict[str, Any]]:
+        """Index actions for `docs`, each conditional on the stored chunk it read (`if_seq_no`), or
+        a `create` for a chunk that did not exist. Kept from the stored chunk: its work's citation
+        graph while it stays in that work, and without new vectors its vector while the dense text
+        is unchanged. A chunk that is new to its work takes the graph the work's other chunks have."""
         hashes = [str(hash_text(d.dense_text)) for d in docs]
-        # kept from the stored chunk: its citation graph (until the next build), and without new
-        # vectors its vector while the dense text is unchanged
-        old = self._sources([d.id for d in docs], ["graph"] if vecs is not None else ["graph", "dense_hash", "dense"])
+        old = self._mget([d.id for d in docs], ["graph", "work_id"] if vecs is not None
+                         else ["graph", "work_id", "dense_hash", "dense"])
         kept: dict[str, dict[str, Any]] = {}
         for d, h in zip(docs, hashes, strict=True):
-            o = old.get(d.id, {})
-            kept[d.id] = {k: o[k] for k in ("graph",) if o.get(k)}
+            o = old[d.id].get("_source", {}) if d.id in old else {}
+            kept[d.id] = {"graph": o["graph"]} if o.get("graph") and o.get("work_id") == d.work_id else {}
             if vecs is None and o.get("dense_hash") == h and o.get("dense") is not None:
                 kept[d.id]["dense"] = o["dense"]
+        graphless = {d.work_id for d in docs if "graph" not in kept[d.id]}
+        graphs = self._work_graphs(graphless) if graphless and self._index_meta().get("meta", {}).get("graph") else {}
+        for d in docs:
+            if "graph" not in kept[d.id] and d.work_id in graphs:
+                kept[d.id]["graph"] = graphs[d.work_id]
 
         def actions() -> Iterator[dict[str, Any]]:  # built while earlier chunks are being indexed
             for i, (d, h) in enumerate(zip(docs, hashes, strict=True)):
                 src = Q.to_source(d, document_tokens(self.analyzer, d), h, None if vecs is None else vecs[i],
                                   None if code_sets is None else code_sets[i])
                 src.update(kept[d.id])
-                yield {"_op_type": "index", "_index": self.write_alias, "_id": d.id, "_source": src}
+                o = old.get(d.id)
+                cas = ({"_op_type": "index", "if_seq_no": o["_seq_no"], "if_primary_term": o["_primary_term"]}
+                       if o is not None else {"_op_type": "create"})
+                yield {**cas, "_index": self.write_alias, "_id": d.id, "_source": src}
 
-        self._bulk(actions())
-        return len(docs)
+        return actions()
+
+    def _work_graphs(self, works: set[str]) -> dict[str, dict[str, Any]]:
+        """The stored citation graph of each of these works that the last build saw, from one of
+        its chunks (asked only of an index with a graph built)."""
+        out: dict[str, dict[str, Any]] = {}
+        ordered = sorted(works)
+        for i in range(0, len(ordered), _PAGE):
+            page = ordered[i:i + _PAGE]
+            body = {"size": len(page), "_source": ["graph", "work_id"], "collapse": {"field": "work_id"},
+                    "query": {"bool": {"filter": [{"terms": {"work_id": page}},
+                                                  {"exists": {"field": "graph.pagerank"}}]}}}
+            for h in self._search(body, "read graph")["hits"]["hits"]:
+                out[h["_source"]["work_id"]] = h["_source"]["graph"]
+        return out
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
         vecs = check_vectors(vectors, len(ids), self.dim)
@@ -350,10 +403,12 @@ class OpenSearchEngine:
         # update that meets a concurrent one is applied again to the newer version
         actions = [{"_op_type": "update", "_index": self.write_alias, "_id": i, "retry_on_conflict": 5,
                     **(p if "script" in p else {"doc": p})} for i, p in zip(ids, partials, strict=True) if i in present]
-        return len(self._bulk(actions))
+        return len(self._bulk(actions, missing_ok=True))  # one deleted since is skipped like an unknown id
 
     def delete(self, ids: Sequence[str]) -> list[str]:
-        """Delete by id; returns the ids that existed."""
+        """Delete by id; returns the ids that existed. An id no chunk can have (empty, or over
+        MAX_ID_BYTES) is not sent: OpenSearch would fail its whole bulk request."""
+        ids = [i for i in ids if i and len(i.encode("utf-8")) <= MAX_ID_BYTES]
         if not ids:
             return []
         self.ensure_index()
@@ -361,12 +416,15 @@ class OpenSearchEngine:
                           missing_ok=True)
         return [i for i in dict.fromkeys(ids) if i in done]
 
-    def _bulk(self, actions: Iterable[dict[str, Any]], *, missing_ok: bool = False) -> set[str]:
+    def _bulk(self, actions: Iterable[dict[str, Any]], *, missing_ok: bool = False,
+              conflicts: set[str] | None = None) -> set[str]:
         """Bulk requests in chunks by count and bytes, `opensearch_bulk_threads` at a time (the
         node indexes them in parallel while the next chunk is encoded); items rejected with 429
         are sent again with exponential backoff; other per-item failures raise BulkWriteError
-        naming ids and reasons (after the rest was written). Refreshes, so the writes are
-        searchable on return. Returns the ids that succeeded and changed something."""
+        naming ids and reasons (after the rest was written). With `missing_ok` a chunk that is
+        not there (404: deleted meanwhile) is no failure; with `conflicts`, the ids of items
+        whose condition failed (409) go there instead. Refreshes, so the writes are searchable
+        on return. Returns the ids that succeeded and changed something."""
         s = self.settings
         by_id: dict[str, dict[str, Any]] = {}
 
@@ -390,7 +448,7 @@ class OpenSearchEngine:
         def record(ok: bool, item: dict[str, Any], *, retry_429: bool) -> None:
             # a request that failed as a whole reports each of its items with the request's status
             # ('N/A' when the node could not be reached) and the exception
-            (op, info), = item.items()
+            (_, info), = item.items()
             id_ = str(info.get("_id"))
             if ok:
                 if info.get("result") != "noop":  # an update that changed nothing is not counted
@@ -401,7 +459,9 @@ class OpenSearchEngine:
                 blocked.append(by_id[id_])  # write-blocked while `indices reindex` copies the index
             elif isinstance(info.get("exception"), opensearchpy.exceptions.ConnectionError):
                 unreachable[id_] = error_reason(info["exception"])
-            elif not (missing_ok and op == "delete" and info.get("status") == 404):
+            elif conflicts is not None and info.get("status") == 409:
+                conflicts.add(id_)
+            elif not (missing_ok and info.get("status") == 404):
                 failures[id_] = _item_reason(info)
 
         def resend(batch: list[dict[str, Any]]) -> None:
@@ -453,6 +513,10 @@ class OpenSearchEngine:
     # -- reads ----------------------------------------------------------------------------------
     def _sources(self, ids: Sequence[str], includes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """`_source` of existing chunks by id (mget through the read alias, which has one index)."""
+        return {i: d.get("_source", {}) for i, d in self._mget(ids, includes).items()}
+
+    def _mget(self, ids: Sequence[str], includes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The existing chunks by id as mget finds them (`_source`, `_seq_no`, `_primary_term`)."""
         out: dict[str, dict[str, Any]] = {}
         ids = list(dict.fromkeys(ids))
         for i in range(0, len(ids), _PAGE):
@@ -460,7 +524,7 @@ class OpenSearchEngine:
                                       else {"_source_excludes": ",".join(Q.EXCLUDE_SOURCE)})
             with self._errors("get"):
                 got = self.client.mget(index=self.index, body={"ids": ids[i:i + _PAGE]}, params=params)
-            out.update({d["_id"]: d.get("_source", {}) for d in got["docs"] if d.get("found")})
+            out.update({d["_id"]: d for d in got["docs"] if d.get("found")})
         return out
 
     def _fields(self, ids: Sequence[str], includes: Sequence[str], what: str, *, docvalues: bool = False

@@ -165,9 +165,10 @@ GRAPH_BEFORE_LISTS = {"bool": {"filter": [{"exists": {"field": "graph.authority"
 
 
 def graph_source(nb: Neighbors) -> dict[str, Any]:
-    """The partial update that stores a chunk's work's neighbours."""
+    """The partial update that stores a chunk's work's neighbours (a work the build did not see
+    has no PageRank or authority: null, as in Neighbors())."""
     g = {"cites": list(nb.cites), "cited_by": list(nb.cited_by), "cocited": list(nb.cocited),
-         "pagerank": nb.pagerank or 0.0, "authority": nb.authority or 0.0}
+         "pagerank": nb.pagerank, "authority": nb.authority}
     lists = base64.b64encode(json.dumps(g, separators=(",", ":")).encode("utf-8")).decode("ascii")
     return {"graph": {**g, "lists": lists}}
 
