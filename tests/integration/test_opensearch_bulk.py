@@ -172,3 +172,25 @@ def test_a_write_never_goes_into_an_index_hybridsearch_did_not_make(opensearch_u
     finally:
         engine.client.indices.delete(index=theirs)
         engine.close()
+
+
+def test_a_chunk_deleted_under_an_update_is_skipped(opensearch_index, monkeypatch) -> None:
+    """A chunk deleted between set_codes' check that it exists and its update (forced by deleting
+    it inside that check) is skipped, as an unknown id is, and the other chunk is updated."""
+    from hybridsearch.hdc import HdcEncoder
+
+    engine = opensearch_index
+    docs = [Document(id="a", title="Alpha", text="x"), Document(id="b", title="Beta", text="y")]
+    engine.write(docs)
+    real = engine._sources
+
+    def check_then_delete(ids, includes=None):
+        got = real(ids, includes)
+        if includes == ["id"]:
+            engine.delete(["a"])
+        return got
+
+    monkeypatch.setattr(engine, "_sources", check_then_delete)
+    codes = [HdcEncoder().encode_document(d) for d in docs]
+    assert engine.set_codes(["a", "b"], codes) == 1
+    assert engine.get(["a"]) == {} and engine.missing_codes(["a", "b"]) == []
