@@ -481,3 +481,31 @@ def test_a_reader_follows_a_reindex_to_another_knn_method(admin, name, monkeypat
         apply_chunk_templates(admin.client, name, "lucene")  # the shared component template as it was
     reader.close()
     writer.close()
+
+
+def test_a_long_merge_says_what_the_node_is_merging(admin, name, monkeypatch) -> None:
+    """While the merge task runs, a line every `report_every` seconds says which merges are under
+    way. This small index merges at once, so its task is reported unfinished at its first two
+    polls (a merge that outlasts them cannot be caused in test time); everything else is the node's."""
+    import re
+
+    engine = admin.engine(name)
+    docs = corpus(200)
+    engine.write(docs)
+    engine.write(docs[:50])  # 50 replaced copies
+    real = admin.client.tasks.get
+    polls: list[bool] = []
+
+    def slow(*args, **kwargs):
+        got = real(*args, **kwargs)
+        polls.append(bool(got.get("completed")))
+        return {**got, "completed": False} if len(polls) <= 2 else got
+
+    monkeypatch.setattr(admin.client.tasks, "get", slow)
+    lines: list[str] = []
+    result = admin.merge(name, progress=lines.append, poll=0.05, report_every=0)
+    assert result.dropped == 50 and len(polls) >= 3
+    still = [line for line in lines if line.startswith(f"still merging {name}-v1 after ")]
+    assert len(still) >= 2, lines
+    assert all(re.search(r"after \d+ s: \d+ merge\(s\) under way over [\d,]+ documents \([\d.,]+ MiB\)$", line)
+               for line in still), still

@@ -385,14 +385,15 @@ class Admin:
 
     # -- merge ----------------------------------------------------------------------------------
     def merge(self, name: str, progress: Callable[[str], None] | None = None, timeout: float = 120.0,
-              poll: float = 1.0) -> MergeResult:
+              poll: float = 1.0, report_every: float = 10.0) -> MergeResult:
         """Drop the deleted and replaced copies of chunks that Lucene keeps in the live version
         (every update leaves one), so that BM25's statistics count live chunks only. OpenSearch
         keeps a copy while a shard's retention leases may still need it to recover a copy of the
         shard; the leases advance every 30 s, so this waits (up to `timeout` seconds) until every
         shard copy's leases are past its primary's last operation, then merges every segment that
         holds such a copy (`index.merge.policy.expunge_deletes_allowed` 0 for the merge, restored
-        after). A reindex, which drops them too, is not merged under."""
+        after), saying every `report_every` seconds what the node is merging. A reindex, which
+        drops them too, is not merged under."""
         live = self.get(name).live
         if live is None:
             raise EngineError(f"index {name!r} has no live version (no version holds the read alias)")
@@ -429,12 +430,13 @@ class Admin:
                 retention = self._retention(index)
             if progress is not None:
                 progress(f"merging the segments of {index} that hold {before} deleted or replaced copies")
-            self._expunge(index, poll)
+            self._expunge(index, poll, progress, report_every)
             self.client.indices.refresh(index=index)  # searches see the merged segments now
             after = self._deleted(index)
         return MergeResult(name, index, max(0, before - after), after, time.monotonic() - t0)
 
-    def _expunge(self, index: str, poll: float) -> None:
+    def _expunge(self, index: str, poll: float, progress: Callable[[str], None] | None = None,
+                 report_every: float = 10.0) -> None:
         """Merge every segment of `index` that holds a deleted copy, as a task (a large index
         merges for longer than a request may wait), with the policy's threshold at 0 meanwhile.
         https://docs.opensearch.org/latest/api-reference/index-apis/force-merge/ (retained deleted
@@ -447,8 +449,12 @@ class Admin:
             self.client.indices.put_settings(index=index, body={key: 0})
             task = self.client.indices.forcemerge(index=index, params={"only_expunge_deletes": "true",
                                                                        "wait_for_completion": "false"})["task"]
+            t0 = said = time.monotonic()
             while not (done := self.client.tasks.get(task_id=task)).get("completed"):
                 time.sleep(poll)
+                if progress is not None and time.monotonic() - said >= report_every:
+                    said = time.monotonic()
+                    progress(self._merging(index, said - t0))
             if done.get("error"):
                 raise EngineError(f"merge of {index} failed: {done['error'].get('reason', done['error'])}")
         except BaseException as e:
@@ -461,6 +467,12 @@ class Admin:
                 note = (f"could not set {key} on {index} back to {was if was is not None else 'its default'} "
                         f"({error_reason(e)}); set it by hand")
                 raise EngineError(f"{failed}; and {note}" if failed is not None else note) from e
+
+    def _merging(self, index: str, seconds: float) -> str:
+        """One line on the merges under way in `index` (index stats, `merges`)."""
+        m = self.client.indices.stats(index=index, metric="merge")["indices"][index]["primaries"]["merges"]
+        return (f"still merging {index} after {seconds:.0f} s: {m['current']} merge(s) under way over "
+                f"{m['current_docs']:,} documents ({m['current_size_in_bytes'] / 2**20:,.1f} MiB)")
 
     def _deleted(self, index: str) -> int:
         got = self.client.indices.stats(index=index, metric="docs")
