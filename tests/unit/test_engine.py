@@ -73,3 +73,24 @@ def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "200"]
     owner.close()
+
+
+def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None:
+    """HNSW walks the graph and skips what the filter refuses, so with 1 vector in 1,000 allowed it
+    can end short of k; those are then scored exactly, as every one that passes would be."""
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import DenseIndex
+
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(30_000, 64)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = DenseIndex(64, exact_max=1000)
+    index.upsert(dict(enumerate(vecs)))
+    assert index.hnsw
+    allowed = set(range(0, 30_000, 1000))
+    q = vecs[0] + vecs[7] * 0.5
+    q /= np.linalg.norm(q)
+    labels, scores = index.search(q, 10, allowed)
+    best = sorted(allowed, key=lambda lb: -float(vecs[lb] @ q))[:10]
+    assert labels == best and np.allclose(scores, [float(vecs[lb] @ q) for lb in best], atol=1e-5)

@@ -144,6 +144,11 @@ class DenseIndex:
                     continue
                 labels.append(self._label_of[v])
                 out.append(1.0 - s / self.dim if self.binary else float(s))
+            if allowed is not None and self.hnsw and len(labels) < min(k, len(vids)):
+                # a filtered HNSW walk ends short of k when few vectors pass the filter: those are
+                # scored exactly instead, so the filter withholds nothing it lets through
+                exact = sorted(self.score(vec, [self._label_of[v] for v in vids]).items(), key=lambda x: -x[1])[:k]
+                return [lb for lb, _ in exact], [sc for _, sc in exact]
             return labels, out
 
     def labels(self) -> list[int]:
