@@ -179,8 +179,10 @@ def _ym(value: str | int | None, *, lower: bool) -> int | None:
         return None
     text = str(value).strip()
     year_s, _, month_s = text.partition("-")
-    if not year_s.isdigit() or (month_s and not month_s.isdigit()):
+    if not (year_s.isascii() and year_s.isdigit()) or (month_s and not (month_s.isascii() and month_s.isdigit())):
         raise ValidationError(f"expected YYYY or YYYY-MM, got {text!r}", field="date_range")
+    if int(year_s) > 9999:
+        raise ValidationError(f"year out of range in {text!r} (at most 9999, as documents' years)", field="date_range")
     month = int(month_s) if month_s else (0 if lower else 12)
     if not 0 <= month <= 12:
         raise ValidationError(f"month out of range in {text!r}", field="date_range")

@@ -22,7 +22,7 @@ from hybridsearch.analysis import Analyzer
 from hybridsearch.errors import ConfigError, QueryError, ValidationError
 from hybridsearch.hdc import FIELDS as HDC_FIELDS
 from hybridsearch.hdc import NBYTES, HdcEncoder
-from hybridsearch.models import Bm25Mode, DocInfo, Document, Filters, RankedList
+from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, DocInfo, Document, Filters, RankedList
 
 Codes = Mapping[str, np.ndarray]  # HDC field -> 512 packed uint8 bytes
 
@@ -46,8 +46,9 @@ class Bm25Options:
             v = getattr(self, name)
             if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise QueryError(f"{name} must be a finite number >= 0, got {v!r}")
-        if self.b > 1:
-            raise QueryError(f"b must be in [0, 1], got {self.b!r}")
+        for name in ("tie_breaker", "b"):
+            if getattr(self, name) > 1:
+                raise QueryError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
 
     @property
     def rescored(self) -> bool:
@@ -334,11 +335,27 @@ def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
 
 
 def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:
-    """A query vector as float32 (dim,), every value finite."""
+    """A query vector as float32 (dim,), every value finite, not all zeros; scaled to unit length,
+    so that scores are cosines whatever its length."""
     v = np.asarray(vec, dtype=np.float32).ravel()
     if v.shape != (dim,) or not np.isfinite(v).all():
         raise QueryError(f"a query vector must be {dim} finite numbers, got shape {np.shape(vec)}")
-    return v
+    norm = float(np.linalg.norm(v))
+    if norm == 0:
+        raise QueryError("a query vector must not be all zeros (it has no cosine with anything)")
+    return v if abs(norm - 1.0) < 1e-6 else (v / norm).astype(np.float32)
+
+
+def check_bm25_fields(fields: Mapping[str, float] | None) -> Mapping[str, float]:
+    """BM25 field weights (default BM25_FIELD_WEIGHTS): known fields, finite weights >= 0."""
+    if fields is None or not fields:
+        return BM25_FIELD_WEIGHTS
+    for f, w in fields.items():
+        if f not in BM25_FIELD_WEIGHTS:
+            raise QueryError(f"unknown BM25 field {f!r}; valid: {', '.join(BM25_FIELD_WEIGHTS)}")
+        if not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            raise QueryError(f"the weight of BM25 field {f!r} must be a finite number >= 0, got {w!r}")
+    return fields
 
 
 def check_codes(codes: Sequence[Codes], n: int) -> list[Codes]:

@@ -389,6 +389,33 @@ def test_bad_input_is_rejected_and_nothing_is_stored(engine) -> None:
     assert engine.get(["a"])["a"].title == "Compact space"
 
 
+def test_requests_at_the_edges_are_answered_alike(engine) -> None:
+    """Ids no chunk can have, repeated ids across pages, sizes past OpenSearch's 10,000-hit window,
+    fields weighted 0 and query vectors of any length: answered as the contract says, on every
+    engine, instead of failing a whole request or matching everything."""
+    assert set(engine.doc_info(["a", ""])) == {"a"} and set(engine.vector_score(VECS[0], ["", "a"])) == {"a"}
+    assert set(engine.neighbors(["", "a"])) == {"a"} and engine.authority([""]) == {}
+    assert set(engine.hamming_score({"topic": CODES[0]["topic"]}, ["a", ""])["topic"]) == {"a"}
+    engine.write([Document(id="novec", title="No vector", text="x")])
+    assert [i for i, _ in engine.missing_vectors(ids=["novec"] * 1001 + ["", "a"])] == ["novec"]
+    assert [i for i, _ in engine.missing_codes(["novec"] * 1001)] == ["novec"]
+    assert engine.bm25("compact", {"title": 0.0, "text": 0.0}).ids == []  # no field scored: nothing
+    assert engine.knn(VECS[0], 20_000).ids[0] == "a" and len(engine.knn(VECS[0], 20_000)) == 3
+    assert engine.hamming({"topic": CODES[0]["topic"]}, 20_000)["topic"].ids[0] == "a"
+    assert engine.bm25("compact", k=3000, options=Bm25Options(k1=1.0)).ids[0] in {"a", "b"}
+    assert engine.vector_sample(-1).shape == (0, 384) and engine.vector_sample(20_000).shape == (3, 384)
+    assert engine.knn(3.5 * VECS[1], 1).scores == pytest.approx([1.0], abs=1e-5)  # a cosine, whatever the length
+    with pytest.raises(QueryError, match="all zeros"):
+        engine.knn(np.zeros(384, np.float32), 3)
+    with pytest.raises(QueryError, match="unknown BM25 field 'abstract'"):
+        engine.bm25("compact", {"abstract": 1.0})
+    with pytest.raises(QueryError, match=r"tie_breaker must be in \[0, 1\]"):
+        engine.bm25("compact", options=Bm25Options("best_fields", tie_breaker=1.5))
+    for bound, message in (("99999999", "year out of range"), ("\u00b2", "expected YYYY or YYYY-MM")):
+        with pytest.raises(ValidationError, match=message):
+            engine.bm25("compact", filters=Filters(date_range=DateRange(gte=bound)))
+
+
 def test_an_empty_engine_answers_empty(blank) -> None:
     blank.write([Document(id="only", title="Lonely", text="x")])
     blank.delete(["only"])

@@ -26,6 +26,7 @@ from hybridsearch.engines import (
     TermStat,
     TermStats,
     WorkLinks,
+    check_bm25_fields,
     check_codes,
     check_lexicon,
     check_query_codes,
@@ -39,7 +40,7 @@ from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
 from hybridsearch.errors import EngineError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
-from hybridsearch.models import BM25_FIELD_WEIGHTS, DocInfo, Document, Filters, RankedList, check_unique_ids
+from hybridsearch.models import DocInfo, Document, Filters, RankedList, check_unique_ids
 from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 
 _log = logging.getLogger("hybridsearch")
@@ -238,7 +239,7 @@ class EmbeddedEngine:
         terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str)
                  else list(query))
         self.refresh()
-        fields = fields or BM25_FIELD_WEIGHTS
+        fields = check_bm25_fields(fields)
         labels, scores = self.bm25_index.search(terms, fields, max(4 * k, 200) if opt.rescored else k,
                                                 filters, opt.mode, opt.tie_breaker)
         rl = self._ranked("bm25", labels, scores)

@@ -34,6 +34,7 @@ from hybridsearch.engines import (
     TermStat,
     TermStats,
     WorkLinks,
+    check_bm25_fields,
     check_codes,
     check_lexicon,
     check_query_codes,
@@ -65,6 +66,7 @@ from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, 
 _log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
+_MAX_HITS = 10_000  # index.max_result_window, and the most a knn query may ask for
 _WRITE_TRIES = 5  # a chunk changed by another writer between write's read and its write is tried again
 _SET_IF_HASH = "if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v } else { ctx.op = 'noop' }"
 
@@ -408,7 +410,7 @@ class OpenSearchEngine:
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete by id; returns the ids that existed. An id no chunk can have (empty, or over
         MAX_ID_BYTES) is not sent: OpenSearch would fail its whole bulk request."""
-        ids = [i for i in ids if i and len(i.encode("utf-8")) <= MAX_ID_BYTES]
+        ids = _possible_ids(ids)
         if not ids:
             return []
         self.ensure_index()
@@ -535,7 +537,7 @@ class OpenSearchEngine:
         a `_source` read mostly costs here (it holds the vectors), about 3 ms for 100 chunks
         against about 30."""
         out: dict[str, dict[str, Any]] = {}
-        ids = list(dict.fromkeys(ids))
+        ids = _possible_ids(ids)
         fetch = ({**Q.HITS_BY_ID, "docvalue_fields": list(dict.fromkeys(["id", *includes]))} if docvalues
                  else {"_source": list(includes), "track_total_hits": False})
         for i in range(0, len(ids), _PAGE):
@@ -627,10 +629,12 @@ class OpenSearchEngine:
     def _missing(self, done: dict[str, Any], limit: int | None, ids: Sequence[str] | None
                  ) -> list[tuple[str, Document]]:
         """Chunks not matching `done`, among `ids` when given, in id order."""
-        if ids is not None and not ids:
-            return []
+        if ids is not None:
+            ids = _possible_ids(ids)
+            if not ids:
+                return []
         out: list[tuple[str, Document]] = []
-        pages = [None] if ids is None else [list(ids)[i:i + _PAGE] for i in range(0, len(ids), _PAGE)]
+        pages = [None] if ids is None else [ids[i:i + _PAGE] for i in range(0, len(ids), _PAGE)]
         for page in pages:
             q: dict[str, Any] = {"bool": {"must_not": [done]}}
             if page is not None:
@@ -677,11 +681,11 @@ class OpenSearchEngine:
         opt = options or Bm25Options()
         self._check_lexicon()
         terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str) else list(query))
-        fields = fields or BM25_FIELD_WEIGHTS
+        fields = check_bm25_fields(fields)
         weights = merge_term_weights(terms)
-        if not weights or k <= 0:
-            return RankedList.of("bm25", [], [])
-        depth = max(4 * k, 200) if opt.rescored else k
+        if not weights or k <= 0 or not any(w > 0 for w in fields.values()):
+            return RankedList.of("bm25", [], [])  # (no field to score: an empty bool would match everything)
+        depth = min(max(4 * k, 200) if opt.rescored else k, _MAX_HITS)
         hits = self._search(Q.bm25_query(weights, fields, depth, filters, opt.mode, opt.tie_breaker),
                             "bm25")["hits"]["hits"]
         ids, scores = [Q.hit_id(h) for h in hits], [float(h["_score"]) for h in hits]
@@ -733,7 +737,7 @@ class OpenSearchEngine:
         if k <= 0:
             return RankedList.of("dense", [], [])
         v = self._query_vector(vec)
-        body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search)
+        body = Q.knn_query("dense", v, min(k, _MAX_HITS), filters, self.settings.opensearch_ef_search)
         hits = self._search(body, "knn")["hits"]["hits"]
         space = {ix: self._dense_method(ix)[2] for ix in {h["_index"] for h in hits}}
         return RankedList.of("dense", [Q.hit_id(h) for h in hits],
@@ -741,7 +745,7 @@ class OpenSearchEngine:
 
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact cosine by the k-NN scoring script (cosinesimil scores (1 + cos) / 2)."""
-        ids = list(dict.fromkeys(ids))
+        ids = _possible_ids(ids)
         if not ids:
             return {}
         v = self._query_vector(vec)
@@ -757,7 +761,8 @@ class OpenSearchEngine:
                 if s.get("dense") is not None}
 
     def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
-        hits = self._search(Q.sample_query("dense", n, filters), "vector sample")["hits"]["hits"]
+        n = min(max(n, 0), _MAX_HITS)
+        hits = self._search(Q.sample_query("dense", n, filters), "vector sample")["hits"]["hits"] if n else []
         rows = [h["_source"]["dense"] for h in hits if h.get("_source", {}).get("dense") is not None]
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), self.dim)
 
@@ -773,7 +778,8 @@ class OpenSearchEngine:
         if k <= 0:
             return {f: RankedList.of(f"hdc:{f}", [], []) for f in q}
         ef = self.settings.opensearch_ef_search
-        got = self._msearch([Q.knn_query(f"hdc_{f}", v, k, filters, ef) for f, v in q.items()], "hamming")
+        got = self._msearch([Q.knn_query(f"hdc_{f}", v, min(k, _MAX_HITS), filters, ef) for f, v in q.items()],
+                            "hamming")
         return {f: RankedList.of(f"hdc:{f}", [Q.hit_id(h) for h in hits],
                                  [Q.hamming_similarity(float(h["_score"])) for h in hits])
                 for f, hits in zip(q, got, strict=True)}
@@ -782,7 +788,7 @@ class OpenSearchEngine:
         """Exact similarity by the k-NN scoring script (space hamming scores 1 / (1 + d)), every
         field and page of ids in one `_msearch`."""
         q = self._codes(codes)
-        ids = list(dict.fromkeys(ids))
+        ids = _possible_ids(ids)
         pages = [(f, ids[i:i + _PAGE]) for f in q for i in range(0, len(ids), _PAGE)]
         got = self._msearch([Q.exact_score_query(f"hdc_{f}", "hamming", q[f], page) for f, page in pages],
                             "hamming score")
@@ -873,6 +879,12 @@ def error_reason(e: Exception) -> str:
     if isinstance(info, Exception):
         return f"{type(info).__name__}: {info}".splitlines()[0][:300]
     return str(getattr(e, "error", None) or e).splitlines()[0][:300]
+
+
+def _possible_ids(ids: Iterable[str]) -> list[str]:
+    """The ids, once each, without those no chunk can have (empty, or over MAX_ID_BYTES): an ids
+    query or bulk item with one fails its whole request."""
+    return [i for i in dict.fromkeys(ids) if i and len(i.encode("utf-8")) <= MAX_ID_BYTES]
 
 
 def _reindex_block(info: dict[str, Any]) -> bool:
