@@ -237,10 +237,10 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
         if not state.ready:
             return problem(503, "Service Unavailable", "starting")
         try:
-            n = state.engine.count()
+            state.engine.count()  # the engine answers; the count is not shown (it includes what a caller may not see)
         except HybridSearchError as e:
             return problem(503, "Service Unavailable", str(e))
-        return JSONResponse({"status": "ready", "index": state.index, "documents": n})
+        return JSONResponse({"status": "ready", "index": state.index})
 
     @app.get("/profiles", summary="the retrieval profiles")
     def profiles() -> dict[str, Any]:

@@ -105,7 +105,8 @@ def test_retrieve_contract(service) -> None:
     assert body["evidence_pack"]["items"] and body["diagnostics"]["stages"]["channels"]["hits"]
     assert body["diagnostics"]["mode"] == "lookup" and 0 <= body["diagnostics"]["confidence"]["margin"] <= 1
     assert httpx.get(service["url"] + "/healthz").json() == {"status": "ok"}
-    assert httpx.get(service["url"] + "/readyz").json()["documents"] == 244
+    # no document count: it would include documents no key may see (unauthenticated endpoint)
+    assert httpx.get(service["url"] + "/readyz").json() == {"status": "ready", "index": "papers"}
     assert "hybrid" in httpx.get(service["url"] + "/profiles").json()["profiles"]
     assert "/retrieve" in httpx.get(service["url"] + "/openapi.json").json()["paths"]
 
