@@ -7,7 +7,9 @@ seed points to it, more for more and stronger seeds. Which links count follows t
 prereq follows what the seeds cite; related follows co-citation and what cites the seeds;
 survey both directions of citation; lookup and compare every link. Chunks of reached works that
 are not yet candidates join (at most `max_new`), if they pass the query's filters, licence
-included: a document the caller may not see is never reached."""
+included: a document the caller may not see is never reached. Nor does it link what the caller
+sees: with a licence filter, a work citing a seed counts only if the caller may see it, and
+co-citation only through such works (the stored lists are built from every work's citations)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 
 from pydantic import Field
 
-from hybridsearch.engines import Neighborhood
+from hybridsearch.engines import Neighborhood, Neighbors
 from hybridsearch.models import Filters
 from query_service.candidates import Candidate, Candidates, SeedConfig, past_budget
 
@@ -52,6 +54,8 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     t0 = time.perf_counter()
     strength = cands.strongest(config.seeds, config.seed_ratio)
     neighbors = engine.neighbors(list(strength))
+    if filters is not None and filters.license and {"cited_by", "cocited"} & set(directions):
+        neighbors = _as_seen(engine, neighbors, Filters(license=filters.license))
     reached: dict[str, float] = {}  # work id -> summed seed strength
     for seed, nb in neighbors.items():
         works = {w for d in directions for w in getattr(nb, d)[:config.fan_out]}
@@ -80,6 +84,28 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     diag["added"] = len(new)
     items = cands.items + [Candidate(i, 0.0, {}) for i in new]
     return cands.replace(items, citation=citation, seeds=list(strength)), diag
+
+
+def _as_seen(engine: Any, neighbors: dict[str, Neighbors], licences: Filters) -> dict[str, Neighbors]:
+    """The seeds' incoming links as a caller limited to some licences may see them: the works
+    citing a seed that the caller may see, and the works co-cited with it by one of those (the
+    stored order, most shared citers first, kept among equals). Unchanged, after one request,
+    when the caller may see every citing work."""
+    citers = sorted({w for nb in neighbors.values() for w in nb.cited_by})
+    if not citers:
+        return neighbors  # nothing cites a seed: no co-citation either
+    chunks = engine.work_chunks(citers, licences)
+    seen = {info.work_id: chunk for chunk, info in sorted(chunks.items(), reverse=True)}  # the first chunk
+    if len(seen) == len(citers):
+        return neighbors
+    cites = {chunks[c].work_id: nb.cites for c, nb in engine.neighbors(list(seen.values())).items()}
+    out = {}
+    for seed, nb in neighbors.items():
+        by = tuple(w for w in nb.cited_by if w in seen)
+        shared = {w: sum(w in cites.get(c, ()) for c in by) for w in nb.cocited}
+        cocited = tuple(sorted((w for w in nb.cocited if shared[w]), key=lambda w: -shared[w]))
+        out[seed] = Neighbors(nb.cites, by, cocited, nb.pagerank, nb.authority)
+    return out
 
 
 def _over(t0: float, config: CitationConfig, diag: dict[str, Any]) -> bool:

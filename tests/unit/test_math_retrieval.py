@@ -181,6 +181,38 @@ def test_restricted_never_comes_through_expansion(restricted) -> None:
     assert "geom-gaussian-curvature" in {h.id for h in full.hits}
 
 
+def test_a_restricted_citer_never_links_what_the_caller_sees(tmp_path, encoder) -> None:
+    """R (restricted) alone cites both A and B: for a caller who may not see R, B is not co-cited
+    with A, and R is not reached; for one who may, B is co-cited with A."""
+    from hybridsearch.models import Document
+    from indexer.graph import update_graph
+    from indexer.pipeline import embed_missing
+
+    docs = [Document(id="A", title="Brouwer fixed point theorem", license="CC-BY-4.0",
+                     text="Every continuous map of a closed disk to itself has a fixed point."),
+            Document(id="B", title="Hairy ball theorem", license="CC-BY-4.0",
+                     text="No nonvanishing continuous tangent vector field exists on the two-sphere."),
+            Document(id="C", title="Jordan curve theorem", license="CC-BY-4.0",
+                     text="A simple closed curve divides the plane into an inside and an outside."),
+            Document(id="R", title="Topological methods", license="proprietary", cites=["A", "B"],
+                     text="Fixed points of disk maps and vector fields on spheres.")]
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        engine.write(docs)
+        embed_missing(engine, encoder, progress=False)
+        update_graph(engine)
+        assert engine.neighbors(["A"])["A"].cocited == ("B",)
+        s = Searcher(engine, encoder=encoder)
+        try:
+            query = "Brouwer fixed point theorem"
+            seen = s.search(query, "hybrid", k=10, rights={"open"}, intent="related")
+            citation = {h.id: h.components["citation"] for h in seen.hits}
+            assert "R" not in citation and citation["B"] == 0.0, citation
+            full = s.search(query, "hybrid", k=10, rights={"open", "restricted"}, intent="related")
+            assert {h.id: h.components["citation"] for h in full.hits}["B"] > 0
+        finally:
+            s.close()
+
+
 def test_restricted_never_reaches_evidence(restricted) -> None:
     res = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open"})
     assert res.evidence is not None and res.evidence.items
