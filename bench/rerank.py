@@ -1,12 +1,13 @@
 """Cost of citation expansion and the math reranker on real searches; prints a table.
 
-    python bench/rerank.py [DATASET ...] [--index-root DIR] [--queries 200]
+    python bench/rerank.py [DATASET ...] [--index-root DIR] [--queries 200] [--rights open]
 
 For each dataset (default: the demo corpus) the `hybrid` profile runs its test queries on the
 embedded index `hybridsearch eval` builds (under --index-root, default .hybridsearch/eval); the
 table gives, per dataset, the candidates the reranker saw and the p50/p95 of the expand and
 rerank stages (each timed once by the Searcher), of the two together, and of the whole search.
-The model is loaded and every stage warmed before timing.
+The model is loaded and every stage warmed before timing. `--rights open` searches as an HTTP key
+with `open` rights does (a licence filter in every channel and in citation expansion).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def main() -> None:
     ap.add_argument("datasets", nargs="*", type=Path)
     ap.add_argument("--index-root", type=Path, default=Path(".hybridsearch/eval"))
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--rights", help="comma-separated licence classes of the caller (default: sees everything)")
     args = ap.parse_args()
+    rights = None if args.rights is None else set(args.rights.split(","))
     enc = default_encoder()
     print("| dataset | queries | candidates p50 | expand p50 / p95 ms | rerank p50 / p95 ms "
           "| expand + rerank p50 / p95 ms | search p50 / p95 ms |")
@@ -43,10 +46,10 @@ def main() -> None:
         searcher = Searcher(engine, encoder=enc)
         try:
             for q in queries[:5]:
-                searcher.search(q.text, "hybrid", k=10)
+                searcher.search(q.text, "hybrid", k=10, rights=rights)
             seen, expand, rerank, both, total = [], [], [], [], []
             for q in queries:
-                st = searcher.search(q.text, "hybrid", k=10).diagnostics
+                st = searcher.search(q.text, "hybrid", k=10, rights=rights).diagnostics
                 stages = st["stages"]
                 if "rerank" not in stages:  # out of domain: nothing to rerank
                     continue
@@ -63,7 +66,8 @@ def main() -> None:
         def pair(xs: list[float]) -> str:
             return f"{percentile(xs, 50):.2f} / {percentile(xs, 95):.2f}"
 
-        print(f"| {data.resolve().name} | {len(total)} | {percentile([float(s) for s in seen], 50):.0f} | "
+        name = data.resolve().name + ("" if rights is None else f" (rights {args.rights})")
+        print(f"| {name} | {len(total)} | {percentile([float(s) for s in seen], 50):.0f} | "
               f"{pair(expand)} | {pair(rerank)} | {pair(both)} | {pair(total)} |")
 
 
