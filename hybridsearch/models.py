@@ -198,6 +198,13 @@ class Filters(_Model):
     kind: list[str] | None = None
     license: list[str] | None = None
 
+    @field_validator("subjects", "sources", "kind", "license")
+    @classmethod
+    def _no_blank_value(cls, v: list[str] | None, info: Any) -> list[str] | None:
+        if v is not None and any(not x.strip() for x in v):
+            raise ValidationError("a blank value names nothing; leave it out", field=info.field_name)
+        return v
+
     def is_empty(self) -> bool:
         return not any(getattr(self, f) for f in type(self).model_fields)
 

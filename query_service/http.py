@@ -308,9 +308,9 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
                               f"query: at most {state.settings.http_max_query_chars} characters",
                               errors=[{"field": "query", "message": "too long"}]))
     f = body.filters
-    filters = None if f is None else Filters(date_range=f.date_range, subjects=f.subjects, sources=f.sources)
     start = time.perf_counter()
     try:
+        filters = None if f is None else Filters(date_range=f.date_range, subjects=f.subjects, sources=f.sources)
         result = state.searcher.search(body.query, body.profile, k=body.k, filters=filters, with_documents=True,
                                        overrides=body.overrides or None, rights=key.rights, intent=body.mode,
                                        log_extra={"key": key.name, "mode": body.mode})

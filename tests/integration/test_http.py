@@ -122,6 +122,8 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "index": "nope"}, 404, "serves index 'papers'"),
         (k["all"], {"query": "x", "k": 0}, 422, "k:"),
         (k["all"], {"query": "x", "filters": {"date_range": {"gte": "19x5"}}}, 422, "YYYY"),
+        (k["all"], {"query": "x", "filters": {"date_range": {"gte": "20000"}}}, 422, "year out of range"),
+        (k["all"], {"query": "x", "filters": {"subjects": ["topology", " "]}}, 422, "field 'subjects': a blank value"),
         (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
         (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
         (k["all"], {"query": "q" * 301}, 422, "query"),

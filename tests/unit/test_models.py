@@ -53,3 +53,12 @@ def test_limits_every_engine_can_hold() -> None:
     with pytest.raises(ValidationError, match="page"):
         validate_record(Document, {"id": "a", "title": "t", "page": 2**40})
     assert validate_record(Document, {"id": "é" * 256, "title": "t", "chunk_no": 2**31 - 1}).chunk_no == 2**31 - 1
+
+
+def test_a_blank_filter_value_is_refused() -> None:
+    """It would match differently in different channels of the embedded engine (SQLite and tantivy)."""
+    from hybridsearch.models import Filters
+
+    with pytest.raises(ValidationError, match="field 'kind': a blank value names nothing"):
+        Filters(kind=["theorem", ""])
+    assert Filters(kind=["theorem"]).kind == ["theorem"]
