@@ -141,7 +141,10 @@ def test_a_chunks_graph_as_a_binary_doc_value() -> None:
     # a graph written before `graph.lists`: not from doc values; no graph at all: empty
     assert Q.neighbors_from_docvalues({"id": ["x"], "graph.authority": [0.0]}) is None
     assert Q.neighbors_from_docvalues({"id": ["x"]}) == Neighbors() == Q.neighbors_of(None)
-    assert Q.graph_source(Neighbors())["graph"]["authority"] == 0.0
+    # a work the build did not see: no PageRank or authority (null), read back as empty Neighbors
+    unseen = Q.graph_source(Neighbors())["graph"]
+    assert unseen["authority"] is None and unseen["pagerank"] is None and Q.neighbors_of(unseen) == Neighbors()
+    assert Q.neighbors_from_docvalues({"graph.lists": [unseen["lists"]]}) == Neighbors()
 
 
 def test_templates_name_the_configured_knn_engine() -> None:
