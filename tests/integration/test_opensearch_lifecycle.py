@@ -509,3 +509,36 @@ def test_a_long_merge_says_what_the_node_is_merging(admin, name, monkeypatch) ->
     assert len(still) >= 2, lines
     assert all(re.search(r"after \d+ s: \d+ merge\(s\) under way over [\d,]+ documents \([\d.,]+ MiB\)$", line)
                for line in still), still
+
+
+def test_lifecycle_never_takes_an_index_it_did_not_make(admin, name) -> None:
+    """An index named like one of our versions but made by someone else is neither adopted by
+    `indices create` nor deleted by `indices delete`; and a logical index whose name extends
+    another's with `-v…` (`x` and `x-vb`) lives beside it."""
+    from hybridsearch.errors import ConfigError
+
+    theirs = f"{name}-v1"
+    admin.client.indices.create(index=theirs, body={"mappings": {"_meta": {"owner": "someone-else"}}})
+    try:
+        with pytest.raises(ConfigError, match=f"{theirs} at .* exists and was not made by hybridsearch for '{name}'"):
+            admin.create(name)
+        assert not admin.client.indices.exists_alias(name=name)
+    finally:
+        admin.client.indices.delete(index=theirs)
+    admin.create(name)
+    stray = f"{name}-v07"
+    admin.client.indices.create(index=stray, body={"mappings": {"_meta": {"owner": "someone-else"}}})
+    try:
+        assert admin.delete(name) == [f"{name}-v1"] and admin.client.indices.exists(index=stray)
+    finally:
+        admin.client.indices.delete(index=stray)
+    longer = f"{name}-vb"
+    admin.create(name)
+    try:
+        admin.create(longer)
+        admin.engine(longer).write([Document(id="a", title="Alpha", text="x")])
+        admin.engine(name).write([Document(id="b", title="Beta", text="y")])
+        assert admin.engine(longer).count() == 1 and admin.engine(name).count() == 1
+        assert admin.get(longer).live.index == f"{longer}-v1"
+    finally:
+        admin.delete(longer)

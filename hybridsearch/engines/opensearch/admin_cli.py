@@ -236,7 +236,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             snaps = admin.snapshots(args.repo)
             shown = [{**s, "logical": ",".join(s["logical"]), "indices": ",".join(s["indices"])} for s in snaps]
             _emit(args, snaps, lambda: _table(shown, ["snapshot", "state", "logical", "indices", "start", "seconds"])
-                  if snaps else f"no snapshots in {args.repo!r}")
+                  if snaps else f"no snapshots in {args.repo or admin.settings.opensearch_snapshot_repo!r}")
         elif args.action == "restore":
             conflicts = admin.restore_conflicts(args.name, args.repo, args.index)
             if conflicts:

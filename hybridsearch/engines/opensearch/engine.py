@@ -214,6 +214,10 @@ class OpenSearchEngine:
                 except opensearchpy.exceptions.RequestError as e:
                     if e.error != "resource_already_exists_exception":  # another process was first
                         raise
+            got = self.client.indices.get_mapping(index=first)[first]["mappings"]
+            if got.get("_meta", {}).get("hybridsearch", {}).get("index") != self.index:
+                raise ConfigError(f"index: {first} at {self.url} exists and was not made by hybridsearch for "
+                                  f"{self.index!r}; choose another --index, or remove {first}")
             # the aliases name a version whose primary is started: a process that finds them searches at once
             self.client.cluster.health(index=first, wait_for_status="yellow")
             self.client.indices.update_aliases(body={"actions": [
@@ -231,9 +235,11 @@ class OpenSearchEngine:
         """Delete every version of this logical index (and so its aliases) and its index template;
         returns the indices deleted."""
         with self._lock, self._errors("drop index"):
-            versions = sorted(self.client.indices.get(index=f"{self.index}-v*", params={"expand_wildcards": "all"}))
+            found = self.client.indices.get(index=f"{self.index}-v*", params={"expand_wildcards": "all"})
             pattern = re.compile(rf"^{re.escape(self.index)}-v\d+$")
-            versions = [v for v in versions if pattern.match(v)]
+            # only the versions made for this index: never another's that happens to match the name
+            versions = sorted(v for v, body in found.items() if pattern.match(v) and body.get("mappings", {}).get(
+                "_meta", {}).get("hybridsearch", {}).get("index") == self.index)
             if versions:
                 self.client.indices.delete(index=",".join(versions))
             if self.client.indices.exists_index_template(name=f"hybridsearch-{self.index}"):

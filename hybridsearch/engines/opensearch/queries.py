@@ -59,8 +59,13 @@ def chunks_template(knn_engine: KnnEngine) -> dict[str, Any]:
 
 
 def index_template(index: str, knn_engine: KnnEngine) -> dict[str, Any]:
+    """The index template of logical index `index`. Its pattern `<index>-v*` also covers the
+    versions of an index named `<index>-v<more>` (`papers` and `papers-videos`); OpenSearch
+    refuses two overlapping patterns of one priority, so the longer name, whose pattern is the
+    narrower, takes the higher priority and decides its own versions."""
     body = template("hybridsearch-index-template")
     body["index_patterns"] = [p.replace("{index}", index) for p in body["index_patterns"]]
+    body["priority"] += len(index)
     body["composed_of"] = [c.replace("{knn_engine}", knn_engine) for c in body["composed_of"]]
     return body
 
