@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from hybridsearch import __version__
-from hybridsearch.errors import HybridSearchError
+from hybridsearch.errors import ConfigError, HybridSearchError
 
 if TYPE_CHECKING:
     from hybridsearch.engines import Engine
@@ -85,6 +85,12 @@ def _opensearch_target(args: argparse.Namespace, default_index: str | None = Non
 
     check_url(url)
     return url, getattr(args, "index", None) or default_index or settings.opensearch_index
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 0 to 65535, got {value!r}")
+    return int(value)
 
 
 def _channels(value: str | None) -> list[str]:
@@ -388,7 +394,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
     store = KeyStore(Path(args.file))
     if args.action == "add":
         rights = _channels(args.rights)
-        key = store.add(args.name, rights, _channels(args.indices) or None)
+        indices = _channels(args.indices)
+        if args.indices is not None and not indices:  # an empty variable must not grant every index
+            raise ConfigError(f"--indices {args.indices!r} names no index; leave it out to allow all")
+        key = store.add(args.name, rights, indices or None)
         print(f"key {args.name!r} added (rights: {', '.join(rights)}); it is shown once, here:", file=sys.stderr)
         print(key)
     elif args.action == "revoke":
@@ -508,6 +517,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         target, options["index"] = _opensearch_target(args, eval_index_name(dataset))
     else:
         target = args.index_dir or str(Path(".hybridsearch/eval") / dataset.resolve().name)
+    for option, out in (("--json", args.json), ("--plot", args.plot)):  # before the runs, not after
+        if out and not Path(out).resolve().parent.is_dir():
+            raise ConfigError(f"{option} {out}: no directory {Path(out).resolve().parent}")
     results = run_eval(dataset, specs, target=target, split=args.split, progress=not args.quiet,
                        log=lambda m: print(m, file=sys.stderr), engine_options=options)
     print(format_table(results))
@@ -775,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "in-flight requests finish. Example: hybridsearch serve --index-dir idx --keys keys.json "
                        "--port 8080")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    s.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    s.add_argument("--port", type=_port, default=8080, help="port, 0 to 65535 (default: %(default)s)")
     s.add_argument("--workers", type=int, default=1, help="server processes, each with its own model (default: 1)")
     s.add_argument("--keys", required=True, help="the API keys file (`hybridsearch keys add`)")
     s.set_defaults(func=cmd_serve)

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hybridsearch.errors import QueryError
 from hybridsearch.models import RankedList
 from hybridsearch.scoring import minmax
 
@@ -128,8 +129,8 @@ class AgreementFuser:
         c = self.config
         unknown = set(lists) - {c.primary, c.secondary}
         if unknown:
-            raise ValueError(f"the agreement fuser combines {c.primary!r} and {c.secondary!r}; "
-                             f"got also {sorted(unknown)}")
+            raise QueryError(f"the agreement fuser combines {c.primary!r} and {c.secondary!r} (fuser.primary, "
+                             f"fuser.secondary); this search also has {', '.join(sorted(unknown))}")
         contrib: dict[str, dict[str, float]] = {}
         for channel, weight in ((c.primary, c.primary_weight), (c.secondary, c.secondary_weight)):
             rl = lists.get(channel)

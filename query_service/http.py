@@ -179,10 +179,21 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > state.settings.http_max_body):
-            response: Response = problem(413, "Payload Too Large",
-                                         f"the body may be at most {state.settings.http_max_body} bytes")
+        limit, size = state.settings.http_max_body, request.headers.get("content-length")
+        fits = size is None or (size.isdigit() and int(size) <= limit)
+        if fits and size is None and request.method not in ("GET", "HEAD", "OPTIONS"):
+            # a body without a length (chunked) is counted as it arrives, never read past the limit
+            chunks, total = [], 0
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > limit:
+                    fits = False
+                    break
+                chunks.append(chunk)
+            else:
+                request._body = b"".join(chunks)  # what Request.body() keeps: the route reads it from here
+        if not fits:
+            response: Response = problem(413, "Payload Too Large", f"the body may be at most {limit} bytes")
         else:
             response = await call_next(request)
         # any other path counts as one endpoint: a scan of made-up paths must not grow the metrics
@@ -307,6 +318,10 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         raise Refused(problem(422, "Unprocessable Content",
                               f"query: at most {state.settings.http_max_query_chars} characters",
                               errors=[{"field": "query", "message": "too long"}]))
+    if body.profile not in plugins.names("profiles"):  # never a path: the service reads no file it is named
+        raise Refused(problem(422, "Unprocessable Content",
+                              f"profile: unknown profile {body.profile!r}; GET /profiles lists them",
+                              errors=[{"field": "profile", "message": "unknown profile"}]))
     f = body.filters
     start = time.perf_counter()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -268,6 +269,7 @@ class Searcher:
             fused = fuser.fuse(lists, pool)
             cands = Candidates.of(fused.ids, fused.scores, fused.contributions, lists)
         cands.cosines.update(cosines or {})
+        _check_finite(cands.scores, "fused")
         stages["fuse"] = {"ms": _ms(t), "hits": len(cands)}
         if (prof.min_score > 0 or prof.gap > 0) and cands.items:
             t = time.perf_counter()
@@ -305,6 +307,8 @@ class Searcher:
                 diag["vectors_missing"] = (f"{len(unvectored)} results have no vector (e.g. {unvectored[0]}), so no "
                                            "semantic rule judged them; `hybridsearch embed` adds their vectors")
         hits = _explain(cands)
+        _check_finite([x for h in hits for x in (h.score, *h.contributions.values(),
+                                                 *(c.raw for c in h.channels.values()))], "final")
         if with_documents and hits:
             docs = engine.get([h.id for h in hits])
             for h in hits:
@@ -568,3 +572,11 @@ def _total(diag: dict[str, Any], t0: float, ctx: QueryContext) -> None:
 
 def _ms(t: float) -> float:
     return round((time.perf_counter() - t) * 1000, 3)
+
+
+def _check_finite(scores: Sequence[float], what: str) -> None:
+    """Parameters that are finite but huge (bm25.k1 = 1e308, fuser weights of 1e308) can overflow
+    a score: a search refuses to answer with one rather than rank by it."""
+    if not all(math.isfinite(x) for x in scores):
+        raise QueryError(f"these parameters make a {what} score overflow (not a finite number); use smaller "
+                         "values (bm25.k1, role_boost, fuser weights)")

@@ -125,6 +125,10 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "filters": {"date_range": {"gte": "20000"}}}, 422, "year out of range"),
         (k["all"], {"query": "x", "filters": {"subjects": ["topology", " "]}}, 422, "field 'subjects': a blank value"),
         (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
+        (k["all"], {"query": "x", "profile": "/etc/hostname.yaml"}, 422, "unknown profile '/etc/hostname.yaml'"),
+        (k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {"fuser.primary": "nope"}}, 422,
+         "the agreement fuser combines 'nope'"),
+        (k["all"], {"query": "x", "profile": "lexical", "overrides": {"bm25.k1": 1e308}}, 422, "overflow"),
         (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
         (k["all"], {"query": "q" * 301}, 422, "query"),
         (k["all"], "{not json", 422, "body: JSON decode error at character offset 1"),
@@ -134,6 +138,14 @@ def test_status_codes(service) -> None:
         r = _post(service, key, body)
         assert r.status_code == status, (body if isinstance(body, str) else list(body), r.status_code, r.text)
         assert r.headers["content-type"].startswith("application/problem+json") and text in r.text, r.text
+    # a body without a length (chunked) is counted as it arrives: past the limit, 413 before any key
+    big = (b"x" * 8192 for _ in range(10))
+    r = httpx.post(service["url"] + "/retrieve", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "at most 65536 bytes" in r.text, r.text
+    small = (part for part in (b'{"query": ', b'"Brouwer fixed point"}'))
+    r = httpx.post(service["url"] + "/retrieve", content=small, headers={
+        "content-type": "application/json", "authorization": f"Bearer {k['all']}"})
+    assert r.status_code == 200 and r.json()["reranked"], r.text
     # a wrong method or an unknown path is a problem document too; 405 names the allowed method
     r = httpx.get(service["url"] + "/retrieve")
     assert (r.status_code, r.headers["allow"]) == (405, "POST") and r.json()["detail"].startswith("GET /retrieve")

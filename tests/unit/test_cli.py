@@ -88,6 +88,10 @@ def test_ingest_reports_rejects_and_strict_fails(tmp_path) -> None:
     ("eval", str(REPO), "--index-dir", "/tmp/never-used"),
     ("search", "x", "--fuser", "nope", "--channels", "bm25,dense", "--index-dir", str(DEMO)),
     ("ingest", "/nonexistent/file.jsonl", "--index-dir", "/tmp/never-used"),
+    ("search", "x", "--fuser", "agreement", "--channels", "bm25,dense", "--index-dir", str(DEMO)),
+    ("eval", str(DEMO), "--profiles", "lexical", "--json", "/nonexistent/dir/out.json"),
+    ("serve", "--port", "99999"),
+    ("keys", "add", "x", "--file", "/tmp/never-used-keys.json", "--rights", "open", "--indices", ""),
 ])
 def test_errors_are_one_clear_line(args, demo_copy) -> None:
     args = tuple(str(demo_copy) if a == str(DEMO) and args[0] == "search" else a for a in args)
