@@ -207,6 +207,9 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
 
     @app.exception_handler(HTTPException)
     async def routing(request: Request, exc: HTTPException) -> JSONResponse:  # an unknown path, a wrong method
+        if exc.status_code == 400:  # a body the JSON parser gave up on (nested too deep, not UTF-8): bad input
+            return problem(422, "Unprocessable Content", f"body: {exc.detail}",
+                           errors=[{"field": "body", "message": str(exc.detail)}])
         response = problem(exc.status_code, HTTPStatus(exc.status_code).phrase,
                            f"{request.method} {request.url.path}: {exc.detail}")
         response.headers.update(exc.headers or {})  # 405's Allow

@@ -122,6 +122,8 @@ class Profile(BaseModel):
             elif head in data["channels"] and param:
                 data["channels"][head]["config"][param] = value
             elif head == "fuser" and param:
+                if len(data["channels"]) == 1 and data["escalation"] is None:
+                    raise ValidationError("this profile has one channel and so no fuser", field=key)
                 data["fuser_config"][param] = value
             elif head == "escalation" and param and data["escalation"] is not None:
                 data["escalation"][param] = value
@@ -144,6 +146,17 @@ class Profile(BaseModel):
             _validate_config(plugins.load("channels", name), spec.config, name)
         if len(self.channels) > 1 or self.escalation is not None:
             _validate_config(plugins.load("fusers", self.fuser), self.fuser_config, "fuser")
+            # channel names the fuser is given must be this profile's (else a weight is silently lost)
+            known = set(self.channels) | ({self.escalation.channel} if self.escalation is not None else set())
+            named = {f"fuser.{key}": [value] if isinstance(value, str) else list(value)
+                     for key, value in self.fuser_config.items() if key in ("weights", "primary", "secondary")}
+            if self.escalation is not None:
+                named["escalation.after"] = [self.escalation.after]
+            for field, names in named.items():
+                unknown = sorted(set(names) - known)
+                if unknown:
+                    raise ValidationError(f"names no channel of this search: {', '.join(unknown)} (its channels: "
+                                          f"{', '.join(sorted(known))})", field=field)
         if self.reranker is not None:
             _validate_config(plugins.load("rerankers", self.reranker), self.reranker_config, "reranker")
 

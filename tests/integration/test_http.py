@@ -127,11 +127,16 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
         (k["all"], {"query": "x", "profile": "/etc/hostname.yaml"}, 422, "unknown profile '/etc/hostname.yaml'"),
         (k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {"fuser.primary": "nope"}}, 422,
-         "the agreement fuser combines 'nope'"),
+         "field 'fuser.primary': names no channel of this search: nope"),
+        (k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {"escalation.after": "nope"}}, 422,
+         "field 'escalation.after': names no channel"),
+        (k["all"], {"query": "x", "profile": "semantic", "overrides": {"fuser.rrf_k": -1}}, 422,
+         "one channel and so no fuser"),
         (k["all"], {"query": "x", "profile": "lexical", "overrides": {"bm25.k1": 1e308}}, 422, "overflow"),
         (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
         (k["all"], {"query": "q" * 301}, 422, "query"),
         (k["all"], "{not json", 422, "body: JSON decode error at character offset 1"),
+        (k["all"], '{"query": ' + "[" * 5000 + "]" * 5000 + "}", 422, "body: There was an error parsing the body"),
         (k["all"], {"query": "x" * 70_000}, 413, "at most"),
     ]
     for key, body, status, text in cases:

@@ -91,6 +91,7 @@ def test_ingest_reports_rejects_and_strict_fails(tmp_path) -> None:
     ("search", "x", "--fuser", "agreement", "--channels", "bm25,dense", "--index-dir", str(DEMO)),
     ("eval", str(DEMO), "--profiles", "lexical", "--json", "/nonexistent/dir/out.json"),
     ("serve", "--port", "99999"),
+    ("search", "x", "--profile", "hybrid", "--set", 'fuser.weights={"nope": 1}', "--index-dir", str(DEMO)),
     ("keys", "add", "x", "--file", "/tmp/never-used-keys.json", "--rights", "open", "--indices", ""),
 ])
 def test_errors_are_one_clear_line(args, demo_copy) -> None:
