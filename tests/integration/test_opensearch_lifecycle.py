@@ -347,6 +347,14 @@ def test_indices_and_snapshot_commands(opensearch_url, name) -> None:
     assert json.loads(restored.stdout)["indices"] == {name: f"{name}-v3"}  # beside v2, which it replaced
     missing = run("snapshot", "list", "--repo", "no-such-repo", *url)
     assert missing.returncode == 2 and "snapshot repo-add no-such-repo" in missing.stderr
+    assert run("snapshot", "create", "s2", "--repo", repo, "--index", name, *url).returncode == 0
+    kept = run("snapshot", "delete", "s2", "--repo", repo, *url, stdin="")
+    assert kept.returncode == 2 and "refused without --yes" in kept.stderr
+    dropped = run("snapshot", "delete", "s2", "--repo", repo, "--yes", *url)
+    assert dropped.returncode == 0 and dropped.stdout.strip() == f"deleted snapshot 's2' ({name}) from {repo!r}"
+    assert [s["snapshot"] for s in json.loads(run("snapshot", "list", "--repo", repo, *url, "--json").stdout)] == ["s1"]
+    nothing = run("snapshot", "delete", "s2", "--repo", repo, "--yes", *url)
+    assert nothing.returncode == 2 and nothing.stderr.strip() == f"error: no snapshot 's2' in repository {repo!r}"
     gone = run("indices", "delete", name, "--yes", *url)
     assert gone.returncode == 0 and gone.stdout.strip() == f"deleted {name}-v3"
     assert run("indices", "status", name, *url).returncode == 2

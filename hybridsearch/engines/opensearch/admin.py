@@ -690,17 +690,17 @@ class Admin:
         return {"snapshot": snapshot, "repository": repo, "state": s["state"], "indices": live,
                 "seconds": s.get("duration_in_millis", 0) / 1000}
 
-    def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None
+    def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None, *, state_ok: bool = False
                 ) -> tuple[dict[str, str], dict[str, str]]:
-        """{logical index: concrete index} of a successful hybridsearch snapshot, for `names` (all
-        by default), and the k-NN engine of each as recorded (snapshots made before the record:
-        none)."""
+        """{logical index: concrete index} of a successful hybridsearch snapshot (of any state
+        with `state_ok`), for `names` (all by default), and the k-NN engine of each as recorded
+        (snapshots made before the record: none)."""
         with self.errors("read snapshot"):
             got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
         snaps = got.get("snapshots") or []
         if not snaps:
             raise IndexNotFoundError(f"no snapshot {snapshot!r} in repository {repo!r}")
-        if snaps[0].get("state") != "SUCCESS":
+        if snaps[0].get("state") != "SUCCESS" and not state_ok:
             raise EngineError(f"snapshot {snapshot!r} is {snaps[0].get('state')}, not SUCCESS; not restoring it")
         ours = (snaps[0].get("metadata") or {}).get("hybridsearch", {})
         stored: dict[str, str] = ours.get("indices", {})
@@ -715,6 +715,15 @@ class Admin:
             stored = {n: stored[n] for n in names}
         knn = {n: e for n, e in (ours.get("knn_engines") or {}).items() if n in stored and e}
         return stored, knn
+
+    def snapshot_delete(self, snapshot: str, repo: str | None = None) -> dict[str, Any]:
+        """Delete a snapshot that `snapshot create` made (one without our metadata is refused);
+        the repository keeps the files other snapshots share."""
+        repo = self._check_repo(repo)
+        stored, _ = self._stored(snapshot, repo, None, state_ok=True)
+        with self.errors("delete snapshot"):
+            self.client.snapshot.delete(repository=repo, snapshot=snapshot)
+        return {"snapshot": snapshot, "repository": repo, "indices": stored}
 
     def restore_conflicts(self, snapshot: str, repo: str | None = None,
                           names: Sequence[str] | None = None) -> list[str]:

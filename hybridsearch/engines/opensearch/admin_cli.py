@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hybridsearch.errors import ConfigError, HybridSearchError
+from hybridsearch.errors import ConfigError, HybridSearchError, IndexNotFoundError
 
 
 def confirm(question: str, yes: bool) -> None:
@@ -102,7 +102,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_indices)
 
     p = sub.add_parser("snapshot", help="snapshots of logical indices in an fs repository under path.repo")
-    acts = p.add_subparsers(dest="action", required=True, metavar="{repo-add,create,list,restore}")
+    acts = p.add_subparsers(dest="action", required=True, metavar="{repo-add,create,list,restore,delete}")
     repo = argparse.ArgumentParser(add_help=False)
     repo.add_argument("--repo", help="repository (default: $HYBRIDSEARCH_OPENSEARCH_SNAPSHOT_REPO or hybridsearch)")
     s = acts.add_parser("repo-add", parents=[common], help="register an fs repository (location under path.repo)")
@@ -117,6 +117,8 @@ def add_parsers(sub: Any) -> None:
                         "(an existing one is replaced after confirmation)")
     s.add_argument("name", help="the snapshot to restore (`snapshot list` names them)")
     s.add_argument("--index", action="append", help="logical index (repeatable; default: all in the snapshot)")
+    s = acts.add_parser("delete", parents=[common, repo, yes], help="delete a snapshot (after confirmation)")
+    s.add_argument("name", help="the snapshot to delete (`snapshot list` names them)")
     p.set_defaults(func=cmd_snapshot)
 
 
@@ -245,6 +247,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             _emit(args, res, lambda: f"restored {', '.join(f'{k} ({v})' for k, v in res['indices'].items())} from "
                   f"{res['snapshot']!r} in {res['seconds']:.1f} s"
                   + (f"; replaced {', '.join(res['replaced'])}" if res["replaced"] else ""))
+        elif args.action == "delete":
+            held = admin.snapshots(args.repo)
+            if not any(snap["snapshot"] == args.name for snap in held):
+                raise IndexNotFoundError(f"no snapshot {args.name!r} in repository "
+                                         f"{args.repo or admin.settings.opensearch_snapshot_repo!r}")
+            confirm(f"delete snapshot {args.name!r} at {admin.url}?", args.yes)
+            res = admin.snapshot_delete(args.name, args.repo)
+            _emit(args, res, lambda: f"deleted snapshot {res['snapshot']!r} "
+                  f"({', '.join(res['indices'])}) from {res['repository']!r}")
     finally:
         admin.close()
     return 0
