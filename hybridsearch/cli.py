@@ -847,6 +847,7 @@ EXAMPLES = {
     "snapshot create": "hybridsearch snapshot create nightly-1 --index papers",
     "snapshot list": "hybridsearch snapshot list --json",
     "snapshot restore": "hybridsearch snapshot restore nightly-1 --index papers --yes",
+    "snapshot delete": "hybridsearch snapshot delete nightly-1 --yes",
 }
 
 
