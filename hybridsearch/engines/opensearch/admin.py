@@ -279,8 +279,8 @@ class Admin:
             m = VERSIONED.match(c["index"])
             if not m:
                 continue
-            meta = mappings.get(c["index"], {}).get("mappings", {}).get("_meta", {}).get("hybridsearch")
-            if not isinstance(meta, dict) or meta.get("index") != m["name"]:
+            meta = Q.hybridsearch_meta(mappings.get(c["index"], {}).get("mappings", {}))
+            if meta.get("index") != m["name"]:
                 continue
             blocked = blocks.get(c["index"], {}).get("settings", {}).get("index", {}).get("blocks", {}).get("write")
             v = Version(c["index"], int(m["version"]), int(c.get("docs.count") or 0), int(c.get("store.size") or 0),
@@ -572,7 +572,7 @@ class Admin:
         """The hybridsearch `_meta` of `old`, for version `new` (made from `old` when they differ)."""
         with self.errors("read metadata"):
             got = self.client.indices.get_mapping(index=old)
-        meta = dict(got[old]["mappings"].get("_meta", {}).get("hybridsearch", {}))
+        meta = dict(Q.hybridsearch_meta(got[old]["mappings"]))
         m = VERSIONED.match(new)
         assert m is not None
         meta["version"] = int(m["version"])

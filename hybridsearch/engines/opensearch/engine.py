@@ -189,8 +189,8 @@ class OpenSearchEngine:
             return
         with self._lock, self._errors("create index"):
             if self.client.indices.exists_alias(name=self.index):
-                self._ours("write")  # never write into an index hybridsearch did not make
-                self._check_lexicon()
+                _, meta = self._ours("write")  # never write into an index hybridsearch did not make
+                self._check_lexicon(meta)
                 # an index made before these fields existed gets them here (its mapping is strict)
                 props = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]
                 with self._errors("write mapping"):
@@ -204,18 +204,19 @@ class OpenSearchEngine:
             from hybridsearch.engines.opensearch.admin import apply_chunk_templates
 
             apply_chunk_templates(self.client, self.index, self.knn_engine)
-            first = f"{self.index}-v1"
+            first, made = f"{self.index}-v1", False
             if not self.client.indices.exists(index=first):
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS},
                                          "lexicon": self.analyzer.lexicon.fingerprint}}
                 try:
                     self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
                                                params={"wait_for_active_shards": "1"})
+                    made = True
                 except opensearchpy.exceptions.RequestError as e:
                     if e.error != "resource_already_exists_exception":  # another process was first
                         raise
-            got = self.client.indices.get_mapping(index=first)[first]["mappings"]
-            if got.get("_meta", {}).get("hybridsearch", {}).get("index") != self.index:
+            if not made and Q.hybridsearch_meta(self.client.indices.get_mapping(index=first)[first]["mappings"]
+                                                ).get("index") != self.index:
                 raise ConfigError(f"index: {first} at {self.url} exists and was not made by hybridsearch for "
                                   f"{self.index!r}; choose another --index, or remove {first}")
             # the aliases name a version whose primary is started: a process that finds them searches at once
@@ -225,10 +226,12 @@ class OpenSearchEngine:
                 {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
             self._ready = True
 
-    def _check_lexicon(self) -> None:
-        """Once per engine: the index was analysed with this process's variant lexicon."""
+    def _check_lexicon(self, meta: Mapping[str, Any] | None = None) -> None:
+        """Once per engine: the index (its hybridsearch `_meta`, read unless given) was analysed
+        with this process's variant lexicon."""
         if not self._lexicon_checked:
-            check_lexicon(self._index_meta().get("lexicon"), self.analyzer, f"index {self.index!r} at {self.url}")
+            meta = self._index_meta() if meta is None else meta
+            check_lexicon(meta.get("lexicon"), self.analyzer, f"index {self.index!r} at {self.url}")
             self._lexicon_checked = True
 
     def drop(self) -> list[str]:
@@ -238,8 +241,9 @@ class OpenSearchEngine:
             found = self.client.indices.get(index=f"{self.index}-v*", params={"expand_wildcards": "all"})
             pattern = re.compile(rf"^{re.escape(self.index)}-v\d+$")
             # only the versions made for this index: never another's that happens to match the name
-            versions = sorted(v for v, body in found.items() if pattern.match(v) and body.get("mappings", {}).get(
-                "_meta", {}).get("hybridsearch", {}).get("index") == self.index)
+            versions = sorted(v for v, body in found.items()
+                              if pattern.match(v) and Q.hybridsearch_meta(body.get("mappings", {})).get("index")
+                              == self.index)
             if versions:
                 self.client.indices.delete(index=",".join(versions))
             if self.client.indices.exists_index_template(name=f"hybridsearch-{self.index}"):
@@ -278,8 +282,7 @@ class OpenSearchEngine:
             raise IndexNotFoundError(f"no index {self.index!r} at {self.url}; ingest into it first")
         mappings = got[name]["mappings"]
         self._note_dense(name, mappings)
-        meta: dict[str, Any] = mappings.get("_meta", {}).get("hybridsearch", {})
-        return name, meta
+        return name, Q.hybridsearch_meta(mappings)
 
     def _note_dense(self, version: str, mappings: Mapping[str, Any]) -> tuple[str, str, str]:
         engine, space_type = Q.dense_method(mappings)

@@ -302,7 +302,14 @@ def hybrid_query(terms: Mapping[str, float], fields: Mapping[str, float], vector
     return {"size": k, **HITS_BY_ID, "query": {"hybrid": {"pagination_depth": k, "queries": [lexical, dense]}}}
 
 
-# -- scores -----------------------------------------------------------------------------------
+# -- what an index's mappings say ------------------------------------------------------------
+def hybridsearch_meta(mappings: Mapping[str, Any]) -> dict[str, Any]:
+    """The hybridsearch part of an index's `_meta` ({} for an index hybridsearch did not make);
+    its `index` names the logical index a version belongs to."""
+    meta = (mappings.get("_meta") or {}).get("hybridsearch")
+    return meta if isinstance(meta, dict) else {}
+
+
 def dense_method(mappings: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The k-NN engine and space type an index's `dense` field was made with, as its mappings
     name them (None where they do not)."""
