@@ -66,7 +66,6 @@ from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, 
 _log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
-_MAX_HITS = 10_000  # index.max_result_window, and the most a knn query may ask for
 _WRITE_TRIES = 5  # a chunk changed by another writer between write's read and its write is tried again
 _SET_IF_HASH = "if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v } else { ctx.op = 'noop' }"
 
@@ -694,7 +693,7 @@ class OpenSearchEngine:
         weights = merge_term_weights(terms)
         if not weights or k <= 0 or not any(w > 0 for w in fields.values()):
             return RankedList.of("bm25", [], [])  # (no field to score: an empty bool would match everything)
-        depth = min(max(4 * k, 200) if opt.rescored else k, _MAX_HITS)
+        depth = max(4 * k, 200) if opt.rescored else k
         hits = self._search(Q.bm25_query(weights, fields, depth, filters, opt.mode, opt.tie_breaker),
                             "bm25")["hits"]["hits"]
         ids, scores = [Q.hit_id(h) for h in hits], [float(h["_score"]) for h in hits]
@@ -746,7 +745,7 @@ class OpenSearchEngine:
         if k <= 0:
             return RankedList.of("dense", [], [])
         v = self._query_vector(vec)
-        body = Q.knn_query("dense", v, min(k, _MAX_HITS), filters, self.settings.opensearch_ef_search)
+        body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search)
         hits = self._search(body, "knn")["hits"]["hits"]
         space = {ix: self._dense_method(ix)[2] for ix in {h["_index"] for h in hits}}
         return RankedList.of("dense", [Q.hit_id(h) for h in hits],
@@ -770,8 +769,7 @@ class OpenSearchEngine:
                 if s.get("dense") is not None}
 
     def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
-        n = min(max(n, 0), _MAX_HITS)
-        hits = self._search(Q.sample_query("dense", n, filters), "vector sample")["hits"]["hits"] if n else []
+        hits = self._search(Q.sample_query("dense", n, filters), "vector sample")["hits"]["hits"] if n > 0 else []
         rows = [h["_source"]["dense"] for h in hits if h.get("_source", {}).get("dense") is not None]
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), self.dim)
 
@@ -787,8 +785,7 @@ class OpenSearchEngine:
         if k <= 0:
             return {f: RankedList.of(f"hdc:{f}", [], []) for f in q}
         ef = self.settings.opensearch_ef_search
-        got = self._msearch([Q.knn_query(f"hdc_{f}", v, min(k, _MAX_HITS), filters, ef) for f, v in q.items()],
-                            "hamming")
+        got = self._msearch([Q.knn_query(f"hdc_{f}", v, k, filters, ef) for f, v in q.items()], "hamming")
         return {f: RankedList.of(f"hdc:{f}", [Q.hit_id(h) for h in hits],
                                  [Q.hamming_similarity(float(h["_score"])) for h in hits])
                 for f, hits in zip(q, got, strict=True)}

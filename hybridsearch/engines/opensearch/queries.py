@@ -226,6 +226,11 @@ def _knn_filter(filters: Filters | None) -> dict[str, Any] | None:
 
 
 # -- channels ---------------------------------------------------------------------------------
+# index.max_result_window (10,000 by default), also the most a knn query may ask for: a request
+# for more fails, so every query below asks for at most this many hits
+MAX_HITS = 10_000
+
+
 def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, filters: Filters | None,
                mode: Bm25Mode, tie_breaker: float) -> dict[str, Any]:
     """Field-boosted BM25 over the pre-analysed token fields: per field, a bool of term queries
@@ -238,7 +243,7 @@ def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, 
                                              "tie_breaker": tie_breaker}}
     else:
         query = {"bool": {"should": [c for clauses in per_field for c in clauses]}}
-    return {"size": k, **HITS_BY_ID, "query": _with_filters(query, filters)}
+    return {"size": min(k, MAX_HITS), **HITS_BY_ID, "query": _with_filters(query, filters)}
 
 
 def knn_query(field: str, vector: Sequence[float] | Sequence[int], k: int, filters: Filters | None,
@@ -246,6 +251,7 @@ def knn_query(field: str, vector: Sequence[float] | Sequence[int], k: int, filte
     """Approximate kNN on `field` with efficient filtering (the filter inside the knn clause, so
     k hits come back whenever k documents pass it). The HNSW search examines max(k, ef_search)
     vectors on both engines: Lucene otherwise examines only k (a greedy walk at k=1)."""
+    k = min(k, MAX_HITS)
     clause: dict[str, Any] = {"vector": list(vector), "k": k, "method_parameters": {"ef_search": max(k, ef_search)}}
     flt = _knn_filter(filters)
     if flt is not None:
@@ -272,9 +278,10 @@ SAMPLE_KEY_SCRIPT = ("int h = doc['id'].value.hashCode(); h ^= h >>> 16; h *= -2
 def sample_query(field: str, n: int, filters: Filters | None = None) -> dict[str, Any]:
     """Up to n chunks that have `field` and pass the filters: those with the smallest (sample key,
     id), in that order (VectorSampling), with only that field's source."""
-    return {"size": n, "_source": [field], "sort": [{"_score": "desc"}, {"id": "asc"}], "query": {"script_score": {
-        "query": {"bool": {"filter": [{"exists": {"field": field}}, *filter_clauses(filters)]}},
-        "script": {"source": SAMPLE_KEY_SCRIPT}}}}
+    return {"size": min(n, MAX_HITS), "_source": [field], "sort": [{"_score": "desc"}, {"id": "asc"}],
+            "query": {"script_score": {
+                "query": {"bool": {"filter": [{"exists": {"field": field}}, *filter_clauses(filters)]}},
+                "script": {"source": SAMPLE_KEY_SCRIPT}}}}
 
 
 def doc_freq_query(terms: Sequence[str], fields: Sequence[str]) -> dict[str, Any]:
