@@ -716,11 +716,15 @@ class Admin:
         knn = {n: e for n, e in (ours.get("knn_engines") or {}).items() if n in stored and e}
         return stored, knn
 
-    def snapshot_delete(self, snapshot: str, repo: str | None = None) -> dict[str, Any]:
-        """Delete a snapshot that `snapshot create` made (one without our metadata is refused);
-        the repository keeps the files other snapshots share."""
+    def snapshot_delete(self, snapshot: str, repo: str | None = None,
+                        ask: Callable[[dict[str, str]], None] | None = None) -> dict[str, Any]:
+        """Delete a snapshot that `snapshot create` made (one without our metadata is refused),
+        after `ask` (given {logical index: concrete index}) returns; the repository keeps the files
+        other snapshots share."""
         repo = self._check_repo(repo)
         stored, _ = self._stored(snapshot, repo, None, state_ok=True)
+        if ask is not None:
+            ask(stored)
         with self.errors("delete snapshot"):
             self.client.snapshot.delete(repository=repo, snapshot=snapshot)
         return {"snapshot": snapshot, "repository": repo, "indices": stored}

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hybridsearch.errors import ConfigError, HybridSearchError, IndexNotFoundError
+from hybridsearch.errors import ConfigError, HybridSearchError
 
 
 def confirm(question: str, yes: bool) -> None:
@@ -248,12 +248,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                   f"{res['snapshot']!r} in {res['seconds']:.1f} s"
                   + (f"; replaced {', '.join(res['replaced'])}" if res["replaced"] else ""))
         elif args.action == "delete":
-            held = admin.snapshots(args.repo)
-            if not any(snap["snapshot"] == args.name for snap in held):
-                raise IndexNotFoundError(f"no snapshot {args.name!r} in repository "
-                                         f"{args.repo or admin.settings.opensearch_snapshot_repo!r}")
-            confirm(f"delete snapshot {args.name!r} at {admin.url}?", args.yes)
-            res = admin.snapshot_delete(args.name, args.repo)
+            res = admin.snapshot_delete(args.name, args.repo, ask=lambda stored: confirm(
+                f"delete snapshot {args.name!r} ({', '.join(stored)}) at {admin.url}?", args.yes))
             _emit(args, res, lambda: f"deleted snapshot {res['snapshot']!r} "
                   f"({', '.join(res['indices'])}) from {res['repository']!r}")
     finally:
