@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.analysis import default_analyzer
 from hybridsearch.embeddings import Encoder, default_encoder
-from hybridsearch.engines import BinarySearch, Bm25Options, LexicalSearch, Reader, VectorSearch
-from hybridsearch.errors import UnsupportedCapabilityError
+from hybridsearch.engines import BinarySearch, Bm25Options, LexicalSearch, Reader, VectorSearch, check_bm25_fields
+from hybridsearch.errors import QueryError, UnsupportedCapabilityError
 from hybridsearch.hdc import HdcWeights, combine
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Filters, RankedList
 from query_service.intent import Intent
@@ -87,11 +87,10 @@ class Bm25Config(ChannelConfig):
     @field_validator("fields")
     @classmethod
     def _fields(cls, v: dict[str, float]) -> dict[str, float]:
-        for f, w in v.items():
-            if f not in BM25_FIELD_WEIGHTS:
-                raise ValueError(f"unknown field {f!r}; valid: {', '.join(BM25_FIELD_WEIGHTS)}")
-            if not math.isfinite(w) or w < 0:
-                raise ValueError(f"weight of {f!r} must be a finite number >= 0")
+        try:
+            check_bm25_fields(v)  # the rule the engines apply
+        except QueryError as e:
+            raise ValueError(str(e)) from None
         return v
 
 

@@ -94,8 +94,10 @@ def _as_seen(engine: Any, neighbors: dict[str, Neighbors], licences: Filters) ->
     citers = sorted({w for nb in neighbors.values() for w in nb.cited_by})
     if not citers:
         return neighbors  # nothing cites a seed: no co-citation either
-    chunks = engine.work_chunks(citers, licences)
-    seen = {info.work_id: chunk for chunk, info in sorted(chunks.items(), reverse=True)}  # the first chunk
+    chunks = engine.work_chunks(citers, licences)  # in id order
+    seen: dict[str, str] = {}  # visible citing work -> its first chunk
+    for chunk, info in chunks.items():
+        seen.setdefault(info.work_id, chunk)
     if len(seen) == len(citers):
         return neighbors
     cites = {chunks[c].work_id: nb.cites for c, nb in engine.neighbors(list(seen.values())).items()}

@@ -424,7 +424,7 @@ class OpenSearchEngine:
         self.ensure_index()
         done = self._bulk([{"_op_type": "delete", "_index": self.write_alias, "_id": i} for i in ids],
                           missing_ok=True)
-        return [i for i in dict.fromkeys(ids) if i in done]
+        return [i for i in ids if i in done]
 
     def _bulk(self, actions: Iterable[dict[str, Any]], *, missing_ok: bool = False,
               conflicts: set[str] | None = None) -> set[str]:
