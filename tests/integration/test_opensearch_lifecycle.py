@@ -387,6 +387,23 @@ def test_reindex_cleans_up_after_a_killed_reindex_and_refuses_strays(admin, name
     engine.close()
 
 
+def test_reindex_keeps_the_settings_an_operator_set_on_the_live_version(admin, name) -> None:
+    engine = admin.engine(name)
+    engine.write(corpus(20), unit_vectors(20))
+    hand_set = {"index.number_of_replicas": "1", "index.max_result_window": "20000", "index.refresh_interval": "7s",
+                "index.search.slowlog.threshold.query.warn": "2s"}
+    admin.client.indices.put_settings(index=f"{name}-v1", body=hand_set)
+    res = admin.reindex(name)
+    assert res.carried == hand_set  # not the replica count of 0 the templates gave both versions
+    got = admin.client.indices.get_settings(index=res.new, params={"flat_settings": "true"})[res.new]["settings"]
+    assert {k: got.get(k) for k in hand_set} == hand_set and "index.blocks.write" not in got
+    assert engine.count() == 20
+    # and on to the version after
+    again = admin.reindex(name)
+    assert again.carried == hand_set and not admin.status(name)["warnings"]
+    engine.close()
+
+
 def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, name, tmp_path) -> None:
     """A re-ingest leaves a replaced copy of each chunk that Lucene's BM25 statistics count;
     `indices status` says so and `indices merge` drops them (after OpenSearch's retention leases

@@ -41,6 +41,12 @@ VERSIONED = re.compile(r"^(?P<name>.+)-v(?P<version>\d+)$")
 SEARCH_PIPELINES = ("hybridsearch-minmax", "hybridsearch-rrf")
 QUERY_LOG_TEMPLATE = "hybridsearch-queries"
 QUERY_LOG_POLICY = "hybridsearch-queries-30d"
+# Dynamic settings an operator tunes on a live version (replicas, refresh, result window, shard
+# allocation, slow logs, translog durability): `reindex` carries them to the next version, over
+# what the templates give it.
+CARRIED_SETTINGS = re.compile(r"index\.(number_of_replicas|auto_expand_replicas|refresh_interval|max_result_window"
+                              r"|priority|translog\.durability|routing\.allocation\.total_shards_per_node"
+                              r"|routing\.allocation\.(include|exclude|require)\..+|(search|indexing)\.slowlog\..+)")
 
 Progress = Callable[[int, int], None]  # (documents copied, documents in all)
 
@@ -106,6 +112,7 @@ class ReindexResult:
     docs: int
     seconds: float
     removed: list[str]
+    carried: dict[str, str] = field(default_factory=dict)  # settings kept from the old version
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -535,13 +542,14 @@ class Admin:
                                                         "mappings": {"_meta": self._meta_for(live.index, new)}},
                                        params={"wait_for_active_shards": "1"})
         try:
+            carried = self._carried(live.index, new)
             with self.errors("write block"):
                 # waits until writes already under way on the shards have finished
                 self.client.indices.add_block(index=live.index, block="write")
                 self.client.indices.refresh(index=live.index)  # the copy reads what a search sees
             self._copy(live.index, new, progress, poll)
             with self.errors("reindex"):
-                self.client.indices.put_settings(index=new, body={"index": {"refresh_interval": None}})
+                self.client.indices.put_settings(index=new, body={"index.refresh_interval": None, **carried})
                 self.client.indices.refresh(index=f"{live.index},{new}")
                 before = int(self.client.count(index=live.index)["count"])
                 after = int(self.client.count(index=new)["count"])
@@ -560,7 +568,15 @@ class Admin:
             if not self._swapped(name, new):  # a swap that timed out on our side may still have happened
                 self._abandon(live.index, new, e)
                 raise
-        return ReindexResult(name, live.index, new, before, time.perf_counter() - t0, removed)
+        return ReindexResult(name, live.index, new, before, time.perf_counter() - t0, removed, carried)
+
+    def _carried(self, old: str, new: str) -> dict[str, str]:
+        """The settings in CARRIED_SETTINGS that `old` has and the templates gave `new` otherwise."""
+        with self.errors("read settings"):
+            got = self.client.indices.get_settings(index=f"{old},{new}", params={"flat_settings": "true"})
+        given = got[new]["settings"]
+        given.pop("index.refresh_interval", None)  # set for the copy only
+        return {k: v for k, v in got[old]["settings"].items() if CARRIED_SETTINGS.fullmatch(k) and given.get(k) != v}
 
     def _swapped(self, name: str, new: str) -> bool:
         try:

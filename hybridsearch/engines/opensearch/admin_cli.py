@@ -184,7 +184,10 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
                                             f"{res.seconds:.1f} s; aliases swapped; {res.old} kept until "
                                             f"`hybridsearch indices prune {res.name}`"
                                             + (f" (removed unfinished {', '.join(res.removed)})" if res.removed
-                                               else "")))
+                                               else "")
+                                            + (f"; kept from {res.old}: "
+                                               + ", ".join(f"{k}={v}" for k, v in res.carried.items())
+                                               if res.carried else "")))
     elif args.action == "merge":
         if not args.timeout > 0 or args.timeout == float("inf"):
             raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
