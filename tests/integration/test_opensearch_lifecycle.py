@@ -404,6 +404,74 @@ def test_reindex_keeps_the_settings_an_operator_set_on_the_live_version(admin, n
     engine.close()
 
 
+def test_two_reindexes_at_once_never_both_run(admin, name) -> None:
+    from hybridsearch.engines.opensearch.admin import LOCK_INDEX, Admin
+
+    engine = admin.engine(name)
+    engine.write(corpus(200), unit_vectors(200))
+    start = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def one() -> None:
+        a = Admin(admin.url)
+        start.wait()
+        try:
+            outcomes.append(a.reindex(name, poll=0.05))
+        except Exception as e:
+            outcomes.append(e)
+        finally:
+            a.close()
+
+    runs = [threading.Thread(target=one) for _ in range(2)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    done = [o for o in outcomes if not isinstance(o, Exception)]
+    refused = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(done) == 1 and len(refused) == 1, outcomes
+    assert f"a reindex of {name!r} is already running" in str(refused[0])
+    assert [v.index for v in admin.get(name).versions] == [f"{name}-v1", f"{name}-v2"]
+    assert admin.get(name).live.index == f"{name}-v2" and engine.count() == 200
+    assert not admin.client.exists(index=LOCK_INDEX, id=f"reindex:{name}")  # released
+
+
+def test_a_killed_reindexs_lock_is_taken_over_once_silent(admin, name) -> None:
+    from hybridsearch.engines.opensearch.admin import LOCK_INDEX, LOCK_TTL, LockLost
+
+    engine = admin.engine(name)
+    engine.write(corpus(30), unit_vectors(30))
+    admin.reindex(name)  # makes the lock index
+    key = f"reindex:{name}"
+
+    def held(silent: float) -> None:
+        admin.client.index(index=LOCK_INDEX, id=key, refresh=True,
+                           body={"owner": "ops-host pid 4242", "started": "2026-11-24T10:00:00+00:00",
+                                 "beat": time.time() - silent})
+
+    held(5)
+    with pytest.raises(Exception, match=r"already running \(ops-host pid 4242, started 2026-11-24T10:00:00"):
+        admin.reindex(name)
+    assert admin.get(name).live.index == f"{name}-v2" and not admin.get(name).live.write_blocked
+    held(LOCK_TTL + 5)  # a killed run's
+    assert admin.reindex(name).new == f"{name}-v3"
+    assert not admin.client.exists(index=LOCK_INDEX, id=key)
+
+    # a run that lost its lock to another stops without touching what the other now owns
+    def taken_over(done: int, total: int) -> None:
+        held(0)
+
+    with pytest.raises(LockLost, match="another run took over the lock"):
+        admin.reindex(name, progress=taken_over)
+    assert admin.client.indices.exists(index=f"{name}-v4")  # left for the run that took over
+    assert admin.client.get(index=LOCK_INDEX, id=key)["_source"]["owner"] == "ops-host pid 4242"
+    admin.client.delete(index=LOCK_INDEX, id=key)
+    assert admin.reindex(name).removed == [f"{name}-v4"] and engine.count() == 30
+    engine.close()
+    with pytest.raises(Exception, match="'hybridsearch-locks' is not a valid logical index name"):
+        admin.engine(LOCK_INDEX)
+
+
 def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, name, tmp_path) -> None:
     """A re-ingest leaves a replaced copy of each chunk that Lucene's BM25 statistics count;
     `indices status` says so and `indices merge` drops them (after OpenSearch's retention leases

@@ -14,11 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import socket
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import opensearchpy
@@ -26,6 +29,7 @@ import opensearchpy
 from hybridsearch.config import Settings, get_settings
 from hybridsearch.engines.opensearch import queries as Q
 from hybridsearch.engines.opensearch.engine import (
+    LOCK_INDEX,
     OpenSearchEngine,
     check_index_name,
     display_url,
@@ -49,6 +53,13 @@ CARRIED_SETTINGS = re.compile(r"index\.(number_of_replicas|auto_expand_replicas|
                               r"|routing\.allocation\.(include|exclude|require)\..+|(search|indexing)\.slowlog\..+)")
 
 Progress = Callable[[int, int], None]  # (documents copied, documents in all)
+# LOCK_INDEX holds one document per running reindex, so that two runs never work on one index.
+LOCK_TTL = 60.0  # seconds without a sign of life after which a holder is taken for killed
+LOCK_BEAT = 5.0  # seconds between a holder's signs of life
+
+
+class LockLost(EngineError):
+    """Another run took over a lock this one held (it was silent for LOCK_TTL seconds)."""
 
 
 @dataclass
@@ -511,11 +522,83 @@ class Admin:
     def _reindex_tasks(self, name: str) -> list[str]:
         return self._running("*reindex", rf"{re.escape(name)}-v\d+")
 
+    @contextmanager
+    def _lock(self, key: str, what: str) -> Iterator[Callable[[bool], None]]:
+        """Hold the cluster-wide lock `key` (a document in LOCK_INDEX, created only if absent) for
+        the block, which gets a `beat(force)` to call while it works: it refreshes the lock at most
+        every LOCK_BEAT seconds (always when forced) and raises LockLost if another run took it.
+        A lock left by a killed run is taken over once it has been silent for LOCK_TTL seconds."""
+        owner = {"owner": f"{socket.gethostname()} pid {os.getpid()}",
+                 "started": datetime.now(UTC).isoformat(timespec="seconds")}
+        exc = opensearchpy.exceptions
+        with self.errors("lock"):
+            if not self.client.indices.exists(index=LOCK_INDEX):
+                self.client.indices.create(index=LOCK_INDEX, ignore=400, params={"wait_for_active_shards": "1"},
+                                           body={"settings": {"index": {"number_of_shards": 1, "hidden": True,
+                                                                        "auto_expand_replicas": "0-1"}}})
+            for _ in range(3):  # the holder may let go between our create and our read
+                try:
+                    got = self.client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()},
+                                            op_type="create")
+                    break
+                except exc.ConflictError:
+                    held = self.client.get(index=LOCK_INDEX, id=key, ignore=404)
+                if not held.get("found"):
+                    continue
+                h = held["_source"]
+                silent = time.time() - float(h.get("beat", 0))
+                busy = EngineError(f"{what} is already running ({h.get('owner')}, started {h.get('started')}, last "
+                                   f"seen {silent:.0f} s ago); if that run was killed, its lock is taken over "
+                                   f"{LOCK_TTL:.0f} s after it was last seen")
+                if silent < LOCK_TTL:
+                    raise busy
+                try:
+                    _log.warning("taking over the lock %s from %s, silent for %.0f s", key, h.get("owner"), silent)
+                    got = self.client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()},
+                                            if_seq_no=held["_seq_no"], if_primary_term=held["_primary_term"])
+                    break
+                except exc.ConflictError:
+                    raise busy from None
+            else:
+                raise EngineError(f"could not take the lock for {what}; try again")
+        mine = {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
+        last = time.monotonic()
+
+        def beat(force: bool = False) -> None:
+            nonlocal last
+            if not force and time.monotonic() - last < LOCK_BEAT:
+                return
+            with self.errors("lock"):
+                try:
+                    got = self.client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()}, **mine)
+                except (exc.ConflictError, exc.NotFoundError) as e:
+                    raise LockLost(f"another run took over the lock for {what} after this one was silent for "
+                                   f"{LOCK_TTL:.0f} s; this one stops and leaves the index to it") from e
+            mine.update(if_seq_no=got["_seq_no"], if_primary_term=got["_primary_term"])
+            last = time.monotonic()
+
+        try:
+            yield beat
+        finally:
+            try:
+                self.client.delete(index=LOCK_INDEX, id=key, **mine)
+            except exc.ConflictError:
+                pass  # taken over: not ours to delete
+            except Exception as e:  # the run's own outcome matters more; the lock expires anyway
+                _log.warning("could not release the lock %s (it expires %.0f s after its last beat): %s", key,
+                             LOCK_TTL, error_reason(e))
+
     def reindex(self, name: str, progress: Progress | None = None, poll: float = 0.5) -> ReindexResult:
         """Build the next version from the current templates, copy the live one into it with a
         server-side `_reindex` task, check the counts, then swap both aliases atomically. Writes
         to the live version are paused meanwhile (see the module docstring). On any failure the
-        new version is deleted and the live one unblocked; the aliases never move."""
+        new version is deleted and the live one unblocked; the aliases never move. One reindex of
+        an index runs at a time, cluster-wide (`_lock`)."""
+        with self._lock(f"reindex:{name}", f"a reindex of {name!r}") as beat:
+            return self._reindex(name, progress, poll, beat)
+
+    def _reindex(self, name: str, progress: Progress | None, poll: float,
+                 beat: Callable[[bool], None]) -> ReindexResult:
         ix = self.get(name)
         live = ix.live
         if live is None:
@@ -547,7 +630,7 @@ class Admin:
                 # waits until writes already under way on the shards have finished
                 self.client.indices.add_block(index=live.index, block="write")
                 self.client.indices.refresh(index=live.index)  # the copy reads what a search sees
-            self._copy(live.index, new, progress, poll)
+            self._copy(live.index, new, progress, poll, beat)
             with self.errors("reindex"):
                 self.client.indices.put_settings(index=new, body={"index.refresh_interval": None, **carried})
                 self.client.indices.refresh(index=f"{live.index},{new}")
@@ -559,11 +642,14 @@ class Admin:
                 # metadata written while copying (set_meta) goes along
                 self.client.indices.put_mapping(index=new, body={"_meta": self._meta_for(live.index, new)})
                 self.client.cluster.health(index=new, wait_for_status="yellow")
+                beat(True)  # still ours, so the index is as this run left it
                 self.client.indices.update_aliases(body={"actions": [
                     {"remove": {"index": live.index, "alias": name}},
                     {"add": {"index": new, "alias": name}},
                     {"remove": {"index": live.index, "alias": f"{name}-write"}},
                     {"add": {"index": new, "alias": f"{name}-write", "is_write_index": True}}]})
+        except LockLost:
+            raise  # the run that took over the lock cleans up after this one
         except BaseException as e:
             if not self._swapped(name, new):  # a swap that timed out on our side may still have happened
                 self._abandon(live.index, new, e)
@@ -601,7 +687,8 @@ class Admin:
         with self.errors("write block"):
             self.client.indices.put_settings(index=index, body={"index": {"blocks": {"write": None}}})
 
-    def _copy(self, old: str, new: str, progress: Progress | None, poll: float) -> None:
+    def _copy(self, old: str, new: str, progress: Progress | None, poll: float,
+              beat: Callable[[bool], None]) -> None:
         with self.errors("reindex"):
             total = int(self.client.count(index=old)["count"])
             task = self.client.reindex(body={"source": {"index": old, "size": 500}, "dest": {"index": new},
@@ -622,6 +709,7 @@ class Admin:
                 shown = max(shown, min(done, total))
                 if progress is not None:
                     progress(shown, total)
+                beat(False)
                 if got.get("completed"):
                     break
                 time.sleep(poll)

@@ -100,12 +100,15 @@ def check_url(url: str) -> None:
         raise ConfigError(f"url: {display_url(url)!r} is not an OpenSearch URL (expected http(s)://host[:port])")
 
 
+LOCK_INDEX = "hybridsearch-locks"  # the admin's locks (one document per running reindex)
+
+
 def check_index_name(name: str) -> str:
-    """A logical index name: lower case, not a version name, not an alias or query-log name."""
+    """A logical index name: lower case, not a version name, not an alias, query-log or lock name."""
     if (not _NAME.match(name) or re.search(r"-v\d+$", name) or name.endswith("-write")
-            or name.startswith("hybridsearch-queries")):
+            or name.startswith("hybridsearch-queries") or name == LOCK_INDEX):
         raise ConfigError(f"index: {name!r} is not a valid logical index name (lower-case letters, digits, '-', "
-                          "'_', '.'; not ending in -v<N> or -write; not hybridsearch-queries*)")
+                          f"'_', '.'; not ending in -v<N> or -write; not hybridsearch-queries* or {LOCK_INDEX})")
     return name
 
 
