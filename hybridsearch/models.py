@@ -46,6 +46,24 @@ def check_finite(value: Any, path: str = "") -> None:
             check_finite(v, f"{path}[{i}]")
 
 
+def check_unicode(value: Any, path: str = "") -> None:
+    """Reject text that is not valid Unicode (a lone surrogate, which JSON's \\ud800 escapes can
+    make) anywhere inside a JSON-like value: no engine can store it as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"invalid text: a lone surrogate {value[e.start]!r} at character {e.start}"
+                             + (f" of {path}" if path else "")) from None
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            check_unicode(k, f"{path}.{k!r}" if path else "a key")
+            check_unicode(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_unicode(v, f"{path}[{i}]")
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
 
@@ -292,6 +310,11 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
         raise ValidationError(f"expected a JSON object, got {type(data).__name__}",
                               source=source, line=line)
     record = data.get("id", data.get("_id"))
+    try:
+        check_unicode(data)
+    except ValueError as e:
+        raise ValidationError(str(e), source=source, line=line,
+                              record=str(record) if isinstance(record, str | int) else None) from None
     try:
         obj = model.model_validate(data)
     except pydantic.ValidationError as e:

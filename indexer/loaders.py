@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -70,23 +70,29 @@ def _json_records(path: Path, report: LoadReport, strict: bool) -> Iterator[tupl
             report.reject(ValidationError(f"invalid JSON: {e.msg} (column {e.colno})",
                                           source=str(path), line=lineno), strict)
             continue
+        except RecursionError:
+            report.reject(ValidationError("invalid JSON: nested too deeply", source=str(path), line=lineno), strict)
+            continue
         yield lineno, obj
 
 
-def _unique(docs: Iterator[tuple[int, Document]], path: Path, report: LoadReport,
-            strict: bool, split: Callable[[Document], list[Document]] = lambda d: [d]) -> Iterator[Document]:
-    """Each record's chunks (`split`), unless one of their ids was taken by an earlier record's
-    chunk: then the whole record is rejected, naming its line and the id."""
-    owner: dict[str, str] = {}  # chunk id -> the record it came from
-    for lineno, d in docs:
-        chunks = split(d)
+Record = tuple[str, int | None, str, list[Document]]  # (source, line, record id, its chunks)
+
+
+def _unique(records: Iterator[Record], report: LoadReport, strict: bool) -> Iterator[Document]:
+    """Each record's chunks, unless one of their ids was taken by an earlier record's chunk: then the whole record
+    is rejected, naming its file, line and the id, and where the id was first seen."""
+    owner: dict[str, tuple[str, str, int | None]] = {}  # chunk id -> (record, source, line) it came from
+    for source, lineno, rid, chunks in records:
         taken = next((c.id for c in chunks if c.id in owner), None)
         if taken is not None:
-            what = ("duplicate id" if owner[taken] == taken == d.id else
-                    f"chunk id {taken!r} is taken by an earlier record ({owner[taken]!r})")
-            report.reject(ValidationError(what, field="id", record=d.id, source=str(path), line=lineno), strict)
+            first, where, at = owner[taken]
+            seen = f"{where}:{at}" if at is not None else where
+            what = (f"duplicate id (first in {seen})" if first == taken == rid else
+                    f"chunk id {taken!r} is taken by an earlier record ({first!r}, {seen})")
+            report.reject(ValidationError(what, field="id", record=rid, source=source, line=lineno), strict)
             continue
-        owner.update((c.id, d.id) for c in chunks)
+        owner.update((c.id, (rid, source, lineno)) for c in chunks)
         report.loaded += 1
         yield from chunks
 
@@ -99,15 +105,16 @@ class JsonlLoader:
     name: ClassVar[str] = "jsonl"
 
     def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
-        def parsed() -> Iterator[tuple[int, Document]]:
+        def parsed() -> Iterator[Record]:
             for lineno, obj in _json_records(path, report, strict):
                 try:
-                    yield lineno, validate_record(Document, obj, source=str(path), line=lineno)
+                    doc = validate_record(Document, obj, source=str(path), line=lineno)
                 except ValidationError as e:
                     report.reject(e, strict)
+                    continue
+                yield str(path), lineno, doc.id, chunk_document(doc) if doc.work_id == doc.id else [doc]
 
-        yield from _unique(parsed(), path, report, strict,
-                           lambda doc: chunk_document(doc) if doc.work_id == doc.id else [doc])
+        yield from _unique(parsed(), report, strict)
 
 
 def parse_date(text: str) -> tuple[int | None, int | None]:
@@ -181,14 +188,15 @@ class BeirLoader:
         corpus = path / "corpus.jsonl" if path.is_dir() else path
         links = load_links(corpus.parent / "links.tsv")
 
-        def parsed() -> Iterator[tuple[int, Document]]:
+        def parsed() -> Iterator[Record]:
             for lineno, obj in _json_records(corpus, report, strict):
                 try:
                     rec = beir_record(obj)
                     cited = links.get(str(rec.get("id")))
                     if cited:
                         rec["cites"] = list(dict.fromkeys([*rec.get("cites", []), *cited]))
-                    yield lineno, validate_record(Document, rec, source=str(corpus), line=lineno)
+                    doc = validate_record(Document, rec, source=str(corpus), line=lineno)
+                    yield str(corpus), lineno, doc.id, [doc]
                 except ValueError as e:
                     report.reject(ValidationError(str(e), source=str(corpus), line=lineno,
                                                   record=str(obj.get("_id")) if isinstance(obj, dict) else None),
@@ -196,7 +204,7 @@ class BeirLoader:
                 except ValidationError as e:
                     report.reject(e, strict)
 
-        yield from _unique(parsed(), corpus, report, strict)
+        yield from _unique(parsed(), report, strict)
 
 
 def load_links(path: Path) -> dict[str, list[str]]:
@@ -207,8 +215,8 @@ def load_links(path: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for lineno, line in _read_lines(path):
         parts = line.split("\t")
-        if lineno == 1 and not parts[0].strip().isdigit() and "id" in parts[0]:
-            continue
+        # a header line (`doc-id-a<TAB>doc-id-b`) is read as a pair too: it names no document, so
+        # it links nothing, where guessing it from its words could drop a real first pair
         if len(parts) != 2:
             raise ValidationError("expected two tab-separated ids", source=str(path), line=lineno)
         a, b = parts[0].strip(), parts[1].strip()
@@ -226,6 +234,8 @@ def load_queries(path: Path) -> list[Query]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValidationError(f"invalid JSON: {e.msg}", source=str(qfile), line=lineno) from e
+        except RecursionError:
+            raise ValidationError("invalid JSON: nested too deeply", source=str(qfile), line=lineno) from None
         if isinstance(obj, dict):
             obj = {("id" if k == "_id" else k): (str(v) if k == "_id" else v) for k, v in obj.items()
                    if k in ("_id", "id", "text", "metadata")}
@@ -320,15 +330,15 @@ class AtlasLoader:
         self.strategy = strategy
 
     def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
-        files = sorted(path.rglob("*.md")) if path.is_dir() else [path]
-        for f in files:
-            try:
-                docs = self._file(f, path if path.is_dir() else f.parent)
-            except ValidationError as e:
-                report.reject(e, strict)
-                continue
-            report.loaded += len(docs)
-            yield from docs
+        def parsed() -> Iterator[Record]:
+            for f in sorted(path.rglob("*.md")) if path.is_dir() else [path]:
+                try:
+                    docs = self._file(f, path if path.is_dir() else f.parent)
+                    yield str(f), None, docs[0].id, docs
+                except ValidationError as e:
+                    report.reject(e, strict)
+
+        yield from _unique(parsed(), report, strict)
 
     def _file(self, f: Path, root: Path) -> list[Document]:
         text = _read_text(f)
@@ -392,7 +402,7 @@ def detect_loader(path: Path) -> str:
         if (path / "corpus.jsonl").exists():
             return "beir"
         mds = list(path.rglob("*.md"))[:20]
-        if mds and all(_looks_atlas(p) for p in mds):
+        if mds and all(_looks_atlas(p) for p in mds) and not any(path.rglob("*.txt")):  # atlas reads .md only
             return "atlas"
         return "textdir"
     if path.name == "corpus.jsonl":

@@ -87,6 +87,7 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     bar = tqdm(desc="ingest", total=count_records(path), unit="record", mininterval=1.0, disable=not progress,
                leave=False)
     done = 0  # records behind the batches written
+    written: set[str] = set()  # works with chunks written by this run
 
     def advance(batch_records: int, fraction: float) -> None:
         bar.n = min(done + batch_records * fraction, bar.total or float("inf"))
@@ -100,7 +101,7 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
                 vectors = None if encoder is None else _embed(encoder, batch, partial(advance, records))
                 codes = [hdc_encoder.encode_document(d) for d in batch] if hdc_encoder is not None else None
                 engine.write(batch, vectors, codes)
-                summary.replaced += _drop_stale_chunks(engine, batch)
+                summary.replaced += _drop_stale_chunks(engine, batch, written)
                 summary.indexed += len(batch)
                 summary.embedded += 0 if vectors is None else len(batch)
             done += records
@@ -149,7 +150,7 @@ def _embed(encoder: Encoder, batch: Sequence[Document], progress: Callable[[floa
 
 
 def _work_batches(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    """Batches of about `size` chunks that never split a work (its chunks arrive together)."""
+    """Batches of about `size` chunks that never split a run of one work's chunks."""
     batch: list[Document] = []
     for d in items:
         if len(batch) >= size and d.work_id != batch[-1].work_id:
@@ -175,11 +176,14 @@ def _claimable(engine: Engine, batch: list[Document], report: LoadReport, strict
     return [d for d in batch if d.work_id not in taken] if taken else batch
 
 
-def _drop_stale_chunks(engine: Engine, batch: Sequence[Document]) -> int:
+def _drop_stale_chunks(engine: Engine, batch: Sequence[Document], written: set[str]) -> int:
     """Delete the chunks of the batch's works that the batch does not have (an older, longer
-    version's); returns how many."""
+    version's); returns how many. A work already in `written` (its chunks were apart in the
+    input) lost its stale chunks with its first batch, and the chunks written since are kept."""
+    works = {d.work_id for d in batch} - written
+    written |= works
     ids = {d.id for d in batch}
-    stale = [i for i in engine.work_chunks(sorted({d.work_id for d in batch})) if i not in ids]
+    stale = [i for i in engine.work_chunks(sorted(works)) if i not in ids] if works else []
     return len(engine.delete(stale)) if stale else 0
 
 

@@ -77,6 +77,24 @@ def test_reingesting_a_work_replaces_all_of_it(tmp_path, capsys) -> None:
         assert h.search("brief", "lexical").hits[0].id == "w"
 
 
+def test_a_work_whose_chunks_are_apart_in_the_input_keeps_them_all(tmp_path) -> None:
+    from indexer.pipeline import ingest
+
+    def chunk(n: int, words: str) -> dict:
+        return {"id": f"w#{n}", "work_id": "w", "chunk_no": n, "title": "Split work", "text": words}
+
+    filler = [{"id": f"f{i}", "title": f"filler {i}", "text": "other things"} for i in range(5)]
+    f = jsonl(tmp_path / "split.jsonl", chunk(0, "first part"), *filler, chunk(1, "second part"))
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        s = ingest(engine, f, hdc=False, graph=False, progress=False, batch_size=2)
+        assert s.indexed == 7 and s.replaced == 0
+        assert list(engine.work_chunks(["w"])) == ["w#0", "w#1"]
+        # a new version without the old chunk 1 still replaces the old version whole
+        shorter = jsonl(tmp_path / "shorter.jsonl", chunk(0, "first part again"), *filler)
+        s = ingest(engine, shorter, hdc=False, graph=False, progress=False, batch_size=2)
+        assert s.replaced == 1 and list(engine.work_chunks(["w"])) == ["w#0"]
+
+
 @pytest.mark.integration
 def test_derived_indexes_of_another_store_are_rebuilt(tmp_path, capsys) -> None:
     idx = tmp_path / "idx"
@@ -102,7 +120,7 @@ def test_a_chunk_id_never_collides_with_a_record_id(tmp_path, capsys) -> None:
     idx = str(tmp_path / "idx")
     code, out, _ = run(capsys, "ingest", str(f), "--index-dir", idx, "--no-embed", "-q")
     assert code == 0 and "rejected 1" in out
-    assert f"{f}:2" in out and "chunk id 'c#1' is taken by an earlier record ('c')" in out
+    assert f"{f}:2" in out and f"chunk id 'c#1' is taken by an earlier record ('c', {f}:1)" in out
     later = jsonl(tmp_path / "later.jsonl", {"id": "c#2", "title": "Again", "text": "a standalone work"},
                   {"id": "ok2", "title": "Also kept", "text": "fine"})
     code, out, _ = run(capsys, "ingest", str(later), "--index-dir", idx, "--no-embed", "-q")

@@ -41,8 +41,19 @@ def test_jsonl_reports_bad_lines_with_line_numbers_and_keeps_the_rest(tmp_path) 
     assert report.loaded == 2
     assert [e.line for e in report.rejected] == [2, 3, 5, 6]
     assert "invalid JSON" in str(report.rejected[0])
-    assert "duplicate id" in str(report.rejected[2])
+    assert f"duplicate id (first in {f}:1)" in str(report.rejected[2])
     assert "non-finite" in str(report.rejected[3])
+
+
+def test_text_no_engine_can_store_is_one_line_naming_it(tmp_path) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"id": "a", "title": "x\\ud800y", "text": "t"}\n' + "[" * 100_000 + "\n"
+                 + '{"id": "ok", "title": "fine"}\n')
+    report = LoadReport()
+    assert [d.id for d in JsonlLoader().load(f, report)] == ["ok"]
+    assert [e.line for e in report.rejected] == [1, 2]
+    assert "a lone surrogate '\\ud800' at character 1 of title" in str(report.rejected[0])
+    assert "invalid JSON: nested too deeply" in str(report.rejected[1])
 
 
 def test_strict_stops_at_the_first_bad_line(tmp_path) -> None:
@@ -82,6 +93,11 @@ def test_beir_links_become_citations(tmp_path) -> None:
     _write(tmp_path / "links.tsv", ["doc-id-a\tdoc-id-b", "1\t2", "2\t3"])
     docs = {d.id: d for d in BeirLoader().load(tmp_path, LoadReport())}
     assert docs["2"].cites == ["1", "3"] and docs["1"].cites == ["2"]
+    # a first pair whose ids contain "id" is a pair, not a header
+    _write(tmp_path / "corpus.jsonl", [json.dumps({"_id": i, "title": i, "text": ""}) for i in ("pid1", "pid2")])
+    _write(tmp_path / "links.tsv", ["pid1\tpid2"])
+    docs = {d.id: d for d in BeirLoader().load(tmp_path, LoadReport())}
+    assert docs["pid1"].cites == ["pid2"] and docs["pid2"].cites == ["pid1"]
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -148,6 +164,19 @@ def test_atlas_without_title_is_rejected_and_reported(tmp_path) -> None:
     assert len(report.rejected) == 1 and "b.md" in str(report.rejected[0])
 
 
+def test_two_atlas_files_with_one_atlas_id_never_overwrite_each_other(tmp_path) -> None:
+    for name, words in (("a.md", "First atom"), ("m.md", "Middle"), ("z.md", "Second atom")):
+        atlas_id = "other-1" if name == "m.md" else "shared-1"
+        (tmp_path / name).write_text(f"atlas_id: {atlas_id}\n# {words}\n\nbody\n\n## Definition\n{words}\n")
+    report = LoadReport()
+    docs = list(AtlasLoader().load(tmp_path, report))
+    assert {d.id for d in docs} == {"shared-1", "shared-1#1", "other-1", "other-1#1"}
+    assert next(d for d in docs if d.id == "shared-1").title == "First atom"
+    assert report.loaded == 2  # files, not chunks
+    (err,) = report.rejected
+    assert str(tmp_path / "z.md") in str(err) and f"duplicate id (first in {tmp_path / 'a.md'})" in str(err)
+
+
 def test_text_directory(tmp_path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "one.txt").write_text("Baire category theorem\nA complete metric space is not meagre.\n")
@@ -163,6 +192,12 @@ def test_detect_loader(tmp_path) -> None:
     assert detect_loader(DEMO / "corpus.jsonl") == "beir"
     (tmp_path / "x.jsonl").write_text("")
     assert detect_loader(tmp_path / "x.jsonl") == "jsonl"
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "a.md").write_text("# T\n\nbody\n\n## Details\nmore\n")
+    assert detect_loader(mixed) == "atlas"
+    (mixed / "b.txt").write_text("Notes\nplain text\n")  # the atlas loader would skip it
+    assert detect_loader(mixed) == "textdir"
 
 
 def test_demo_corpus_is_complete() -> None:
