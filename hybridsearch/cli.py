@@ -561,6 +561,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_dashboards(args: argparse.Namespace) -> int:
     from hybridsearch.config import get_settings
     from hybridsearch.dashboards import import_saved_objects
+    from hybridsearch.engines.opensearch.engine import display_url
 
     s = get_settings()
     password = s.opensearch_password.get_secret_value() if s.opensearch_password else None
@@ -568,7 +569,7 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(got, indent=2))
     else:
-        print(f"imported {got.get('successCount', 0)} saved objects into {args.url}")
+        print(f"imported {got.get('successCount', 0)} saved objects into {display_url(args.url)}")
     return 0
 
 

@@ -23,8 +23,9 @@ def _user_cache() -> Path:
 
 
 class Settings(BaseSettings):
+    # an empty variable (`${UNSET}` in a compose file) is unset, never an empty path such as "."
     model_config = SettingsConfigDict(env_prefix="HYBRIDSEARCH_", env_nested_delimiter="__",
-                                      extra="ignore")
+                                      extra="ignore", env_ignore_empty=True)
 
     index_dir: Path = Path(".hybridsearch/index")
     lexicon: str = Field(default="", description="variant lexicon files added to the bundled one (os.pathsep-"

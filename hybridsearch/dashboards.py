@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from hybridsearch.config import Settings, get_settings
-from hybridsearch.errors import EngineError, EngineUnavailableError, ValidationError
+from hybridsearch.errors import ConfigError, EngineError, EngineUnavailableError, ValidationError
 
 FILENAME = "hybridsearch.ndjson"
 METRIC_AGGS = ("count", "sum", "avg", "max", "percentiles")
@@ -186,7 +186,11 @@ def import_saved_objects(dashboards_url: str, *, username: str | None = None, pa
     s = settings or get_settings()  # timeout and TLS as for OpenSearch
     context = None
     if urlsplit(dashboards_url).scheme == "https":
-        context = ssl.create_default_context(cafile=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None)
+        try:
+            context = ssl.create_default_context(cafile=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"HYBRIDSEARCH_OPENSEARCH_CA_CERTS: cannot load {s.opensearch_ca_certs}: "
+                              f"{getattr(e, 'strerror', None) or getattr(e, 'reason', None) or e}") from e
         if not s.opensearch_verify_certs:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

@@ -237,12 +237,17 @@ def engine_fields(engine: Any) -> dict[str, str]:
 _AGE = re.compile(r"^(\d+)([dh])$")
 
 
+MAX_AGE_DAYS = 36_500  # a hundred years: an older cutoff would fall before the calendar's start
+
+
 def parse_age(text: str) -> dt.timedelta:
     """`30d` or `12h`."""
     m = _AGE.match(text.strip())
     if not m or int(m[1]) < 1:
         raise ConfigError(f"--older-than: {text!r} is not an age like 30d or 12h")
     n = int(m[1])
+    if n > (MAX_AGE_DAYS if m[2] == "d" else MAX_AGE_DAYS * 24):
+        raise ConfigError(f"--older-than: {text!r} is more than {MAX_AGE_DAYS} days")
     return dt.timedelta(days=n) if m[2] == "d" else dt.timedelta(hours=n)
 
 

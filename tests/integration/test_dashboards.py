@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -26,6 +29,8 @@ from hybridsearch.dashboards import (
 from hybridsearch.engines.opensearch.queries import template
 from hybridsearch.errors import EngineError, EngineUnavailableError, ValidationError
 from tests.conftest import DEMO
+
+EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
 pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
 
@@ -293,10 +298,21 @@ def test_the_multipart_body_carries_the_ndjson() -> None:
         "http://d:5601/api/saved_objects/_import")
 
 
-def test_import_against_nothing_listening_is_one_line() -> None:
+def test_import_against_nothing_listening_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailableError) as e:
         import_saved_objects("http://127.0.0.1:1")
     assert "does not answer" in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    for ca, why in ((tmp_path / "missing.pem", "No such file"), (tmp_path / "bad.pem", "NO_CERTIFICATE")):
+        out = subprocess.run([EXE, "dashboards", "import", "--url", "https://127.0.0.1:1"], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "HYBRIDSEARCH_OPENSEARCH_CA_CERTS": str(ca)})
+        assert out.returncode == 2
+        assert out.stderr.startswith(f"error: HYBRIDSEARCH_OPENSEARCH_CA_CERTS: cannot load {ca}")
+        assert why in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([EXE, "dashboards", "import", "--url", "http://admin:pw@[::1"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and out.stderr == "error: url: 'http://[::1' is not an OpenSearch URL " \
+        "(expected http(s)://host[:port])\n"
 
 
 class _Dashboards(http.server.BaseHTTPRequestHandler):
@@ -344,6 +360,13 @@ def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
          "error": {"type": "missing_references", "references": [{"type": "visualization", "id": "x"}]}}]}).encode())
     with pytest.raises(EngineError, match=r"dashboard/hybridsearch-dashboard: missing_references visualization/x"):
         import_saved_objects(fake_dashboards)
+
+    # the command never prints the password in the URL
+    _Dashboards.answer = (200, json.dumps({"success": True, "successCount": n}).encode())
+    out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards.replace("//", "//admin:S3cretPw@")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and f"saved objects into {fake_dashboards}" in out.stdout, out.stderr
+    assert "S3cretPw" not in out.stdout + out.stderr
 
     _Dashboards.answer = (400, b'{"statusCode":400,"error":"Bad Request","message":"Invalid file extension .txt"}')
     with pytest.raises(EngineError, match=r"HTTP 400: Invalid file extension .txt") as e:

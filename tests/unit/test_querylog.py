@@ -114,6 +114,10 @@ def test_prune_files_by_age(tmp_path) -> None:
     assert sorted(f.name for f in tmp_path.iterdir()) == ["queries-2026-10-23.jsonl", f"queries-{today}.jsonl"]
     with pytest.raises(Exception, match="--older-than"):
         parse_age("0d")
+    for age in ("1000000d", "99999999999d", "900000h"):
+        with pytest.raises(Exception, match="is more than 36500 days"):
+            parse_age(age)
+    assert prune_files(tmp_path, parse_age("36500d"), now) == []
     out = subprocess.run([EXE, "logs", "prune", "--older-than", "1d", "--index-dir", str(tmp_path)],
                          capture_output=True, text=True, input="", env={"HYBRIDSEARCH_QUERY_LOG_DIR": str(tmp_path),
                                                                       "PATH": "/usr/bin:/bin"})
@@ -122,3 +126,21 @@ def test_prune_files_by_age(tmp_path) -> None:
                          text=True, env={"HYBRIDSEARCH_QUERY_LOG_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"deleted": ["queries-2026-10-23.jsonl"]}
+
+
+def test_an_empty_log_dir_variable_is_unset_not_the_working_directory(monkeypatch) -> None:
+    from hybridsearch.config import Settings
+
+    monkeypatch.setenv("HYBRIDSEARCH_QUERY_LOG_DIR", "")  # what `${UNSET}` in a compose file gives
+    monkeypatch.setenv("HYBRIDSEARCH_INDEX_DIR", "")
+    s = Settings()
+    assert s.query_log_dir is None and s.index_dir == Settings.model_fields["index_dir"].default
+
+
+def test_the_longest_accepted_query_is_kept_whole_for_the_dashboards() -> None:
+    from hybridsearch.config import Settings
+    from hybridsearch.engines.opensearch.queries import template
+
+    mapping = template("hybridsearch-queries")["template"]["mappings"]["properties"]["query"]
+    assert mapping["ignore_above"] >= Settings.model_fields["http_max_query_chars"].default
+    assert mapping["ignore_above"] * 4 <= 32_766  # Lucene's longest term, in UTF-8 bytes

@@ -85,17 +85,20 @@ class _Serializer(opensearchpy.JSONSerializer):
 
 def display_url(url: str) -> str:
     """The URL without credentials, for messages and for anything sent elsewhere."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL (an unclosed [IPv6 address): still never show a password
+        return re.sub(r"(//)[^/]*@", r"\1", url)
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def check_url(url: str) -> None:
     """An http(s) URL with a host and, if any, a numeric port (one clear error otherwise)."""
-    parts = urlsplit(url)
     try:
+        parts = urlsplit(url)
         port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        port_ok = False
+    except ValueError:  # a bad port, or an unclosed [IPv6 address
+        parts, port_ok = urlsplit(""), False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
         raise ConfigError(f"url: {display_url(url)!r} is not an OpenSearch URL (expected http(s)://host[:port])")
 
