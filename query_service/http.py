@@ -14,7 +14,7 @@ import gc
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
@@ -99,6 +100,22 @@ class _Bucket:
     at: float
 
 
+class _QueryLogCounts:
+    """The query log's counts (`QueryLog.stats`) as Prometheus counters, read at each scrape."""
+
+    def __init__(self, state: ServiceState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        log = getattr(self.state.searcher, "query_log", None)
+        stats = log.stats() if log is not None else {}
+        for name, what in (("written", "written"), ("dropped", "dropped because the buffer was full"),
+                           ("failed", "that the sink failed to write")):
+            c = CounterMetricFamily(f"hybridsearch_query_log_{name}", f"query-log records {what}")
+            c.add_metric([], float(stats.get(name, 0)))
+            yield c
+
+
 @dataclass
 class ServiceState:
     """One process's service: the engine, the searcher, the keys and the metrics."""
@@ -123,6 +140,7 @@ class ServiceState:
         self.degraded = Counter("hybridsearch_degraded", "retrievals that fell back (a stage degraded)", registry=r)
         self.stage = Histogram("hybridsearch_stage_seconds", "latency per search stage", ["stage"], registry=r,
                                buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+        r.register(_QueryLogCounts(self))
         self.latency = Histogram("hybridsearch_request_seconds", "latency of POST /retrieve", registry=r,
                                  buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
 

@@ -4,9 +4,11 @@ A record holds the time, the query text, profile, engine, index, origin (cli, ap
 per-stage latency, hit counts per channel, the zero-result and out-of-domain flags and the top
 ids; never credentials or API keys (a caller's key goes in by name, through `log_extra`). `put`
 never blocks and never raises: a full buffer drops the record and counts it, and a failing sink
-counts its failures. On OpenSearch records go to daily indices `hybridsearch-queries-YYYY.MM.DD`
-(template `opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL
-files `queries-YYYY-MM-DD.jsonl` with the same fields.
+counts its failures. The first loss of each kind is logged as a warning, and closing a log that
+lost records says how many; the HTTP service exports the counts as metrics. On OpenSearch records
+go to daily indices `hybridsearch-queries-YYYY.MM.DD` (template
+`opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL files
+`queries-YYYY-MM-DD.jsonl` with the same fields.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import atexit
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import queue
 import re
@@ -27,6 +30,7 @@ from hybridsearch.config import Settings, get_settings
 from hybridsearch.errors import ConfigError
 from hybridsearch.models import SearchResult
 
+_log = logging.getLogger("hybridsearch.querylog")
 INDEX_PREFIX = "hybridsearch-queries-"
 FILE_PREFIX = "queries-"
 TOP_IDS = 10
@@ -84,6 +88,9 @@ class QueryLog:
             try:
                 self._queue.put_nowait(record)
             except queue.Full:
+                if not self.dropped:
+                    _log.warning("query log: the buffer of %d records is full, so records are dropped (and counted) "
+                                 "until the writer catches up", self._queue.maxsize)
                 self.dropped += 1
                 return False
             self._pending += 1
@@ -113,6 +120,9 @@ class QueryLog:
                     if ok:
                         self.written += len(records)
                     else:
+                        if not self.failed:
+                            _log.warning("query log: %d records could not be written (%s); later failures are "
+                                         "counted, not logged", len(records), error)
                         self.failed += len(records)
                         self.last_error = error
                     self._pending -= len(records)
@@ -142,6 +152,11 @@ class QueryLog:
             self._queue.put(None, timeout=timeout)
         self._thread.join(timeout)
         self.sink.close()
+        s = self.stats()
+        if s["dropped"] or s["failed"] or s["queued"]:
+            _log.warning("query log closed: %d records written, %d dropped, %d failed, %d not written in time%s",
+                         s["written"], s["dropped"], s["failed"], s["queued"],
+                         f" (last error: {s['last_error']})" if s["last_error"] else "")
 
 
 class JsonlSink:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -214,6 +215,10 @@ def test_each_request_is_logged_without_its_key(service) -> None:
     assert {"ms", "stage_ms", "hits", "zero_result", "out_of_domain", "profile"} <= set(mine[0])
     text = "".join(f.read_text() for f in logdir.glob("*.jsonl"))
     assert not any(key in text for key in service["keys"].values())
+    metrics = httpx.get(service["url"] + "/metrics", timeout=10).text
+    written = re.search(r"^hybridsearch_query_log_written_total (\S+)$", metrics, re.M)
+    assert written and float(written[1]) >= 1
+    assert re.search(r"^hybridsearch_query_log_failed_total 0\.0$", metrics, re.M)
 
 
 @pytest.mark.integration

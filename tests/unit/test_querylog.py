@@ -144,3 +144,19 @@ def test_the_longest_accepted_query_is_kept_whole_for_the_dashboards() -> None:
     mapping = template("hybridsearch-queries")["template"]["mappings"]["properties"]["query"]
     assert mapping["ignore_above"] >= Settings.model_fields["http_max_query_chars"].default
     assert mapping["ignore_above"] * 4 <= 32_766  # Lucene's longest term, in UTF-8 bytes
+
+
+def test_a_log_that_cannot_be_written_says_so(tmp_path, caplog) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")  # a file where the log's directory should be
+    log = QueryLog(JsonlSink(blocked), batch=1)
+    with caplog.at_level("WARNING", logger="hybridsearch.querylog"):
+        for i in range(3):
+            assert log.put({"@timestamp": "2026-11-24T10:00:00Z", "query": f"q{i}"})
+        assert log.flush()
+        log.close()
+    s = log.stats()
+    assert s["written"] == 0 and s["failed"] == 3 and "FileExistsError" in s["last_error"]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len([w for w in warnings if "could not be written" in w]) == 1  # the first failure only
+    assert any(w.startswith("query log closed: 0 records written, 0 dropped, 3 failed") for w in warnings)
