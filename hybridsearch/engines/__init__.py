@@ -320,7 +320,9 @@ class GraphStore(Neighborhood, Protocol):
 
 
 def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
-    """Vectors as float32 (n, dim), every value finite, none all zeros (it has no cosine)."""
+    """Vectors as float32 (n, dim), every value finite, none all zeros (it has no cosine); each
+    scaled to unit length, so that every engine's dense score is the cosine (inner products of
+    unit vectors), bounded whatever the lengths given."""
     arr = np.asarray(vectors, dtype=np.float32)
     if arr.shape != (n, dim):
         raise ValidationError(f"expected shape ({n}, {dim}), got {arr.shape}", field="vectors")
@@ -331,7 +333,10 @@ def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
     if zero.size:
         raise ValidationError(f"row {int(zero[0])} is all zeros (a vector without a direction has no cosine)",
                               field="vectors")
-    return arr
+    norms = np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
+    if np.all(np.abs(norms - 1.0) < 1e-6):
+        return arr
+    return (arr.astype(np.float64) / norms).astype(np.float32)
 
 
 def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:

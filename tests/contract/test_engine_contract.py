@@ -416,6 +416,21 @@ def test_requests_at_the_edges_are_answered_alike(engine) -> None:
             engine.bm25("compact", filters=Filters(date_range=DateRange(gte=bound)))
 
 
+def test_dense_scores_are_cosines_whatever_the_stored_vectors_length(blank) -> None:
+    q = unit_vectors(1, seed=5)[0]
+    near = 0.8 * q + 0.6 * unit_vectors(1, seed=6)[0]
+    far = unit_vectors(1, seed=7)[0]
+    docs = [Document(id=i, title=i, text="x") for i in ("long", "unit", "huge")]
+    blank.write(docs, np.stack([5.0 * far, near / np.linalg.norm(near), 1e30 * far]).astype(np.float32))
+    cos = {"long": float(far @ q), "unit": float(near @ q / np.linalg.norm(near)), "huge": float(far @ q)}
+    got = blank.knn(q, 3)
+    assert got.ids[0] == "unit" and dict(zip(got.ids, got.scores, strict=True)) == pytest.approx(cos, abs=1e-4)
+    assert blank.vector_score(q, ["huge", "long"]) == pytest.approx({"huge": cos["huge"], "long": cos["long"]},
+                                                                  abs=1e-4)
+    blank.set_vectors(["unit"], (7.0 * far)[None, :])
+    assert blank.vector_score(q, ["unit"]) == pytest.approx({"unit": cos["long"]}, abs=1e-4)
+
+
 def test_an_empty_engine_answers_empty(blank) -> None:
     blank.write([Document(id="only", title="Lonely", text="x")])
     blank.delete(["only"])
