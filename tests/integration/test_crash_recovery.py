@@ -132,3 +132,71 @@ def test_kill_mid_batch_loses_nothing_acknowledged(tmp_path) -> None:
                 assert e.hamming({"claim": code}, 1)["claim"].ids == [doc_id]
                 assert e.get([doc_id])[doc_id].title == f"batch {b} item {i}"
         assert len(e.bm25("shared", k=100_000).ids) == len(stored)
+
+
+OWNER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from hybridsearch.models import Document
+
+    engine = EmbeddedEngine(sys.argv[1])
+    print("owner" if engine.owner else "not owner", flush=True)
+    for line in sys.stdin:  # one document per line: written (and applied, being the owner) at once
+        v = np.random.default_rng(len(line)).normal(size=(1, 384)).astype(np.float32)
+        engine.write([Document(id=line.strip(), title=f"{line.strip()}word", text="late arrival")], v)
+        print("written", flush=True)
+    engine.close()
+""")
+
+
+@pytest.mark.integration
+def test_a_process_opening_while_the_owner_writes_sees_every_document(tmp_path, monkeypatch) -> None:
+    """Another process commits (and, as the owner, applies) while this one opens the index: this
+    one neither refuses the index as "built from another store" nor loses the document."""
+    from hybridsearch.engines.embedded.store import Store
+    from hybridsearch.models import Document
+
+    idx = tmp_path / "idx"
+    EmbeddedEngine(idx).close()
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(idx)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert owner.stdout is not None and owner.stdin is not None
+        assert owner.stdout.readline().strip() == "owner"
+        owner.stdin.write("first\n")
+        owner.stdin.flush()
+        assert owner.stdout.readline().strip() == "written"
+        pending = ["during-open", "after-ids"]
+        real_max_seq, real_id_map = Store.max_seq, Store.id_map
+
+        def owner_writes(name: str) -> None:
+            assert owner.stdin is not None and owner.stdout is not None
+            owner.stdin.write(name + "\n")
+            owner.stdin.flush()
+            assert owner.stdout.readline().strip() == "written"
+
+        def max_seq(self: Store) -> int:
+            seq = real_max_seq(self)
+            if pending and pending[0] == "during-open":
+                owner_writes(pending.pop(0))  # right after the opening process first reads the journal's end
+            return seq
+
+        def id_map(self: Store) -> dict[int, str]:
+            ids = real_id_map(self)
+            if pending == ["after-ids"]:
+                owner_writes(pending.pop(0))  # between the label map and the seq the catch-up starts from
+            return ids
+
+        monkeypatch.setattr(Store, "max_seq", max_seq)
+        monkeypatch.setattr(Store, "id_map", id_map)
+        with EmbeddedEngine(idx) as reader:
+            assert not reader.owner and not pending
+            monkeypatch.undo()
+            for name in ("first", "during-open", "after-ids"):
+                assert reader.bm25(f"{name}word").ids == [name], name
+                assert reader.get([name])[name] == Document(id=name, title=f"{name}word", text="late arrival")
+            assert sorted(reader.knn(np.ones(384, np.float32), 10).ids) == ["after-ids", "during-open", "first"]
+    finally:
+        owner.stdin.close()  # type: ignore[union-attr]
+        owner.wait(timeout=60)

@@ -7,7 +7,7 @@ import io
 import os
 import threading
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import faiss
@@ -202,10 +202,11 @@ class DenseIndex:
 
     @classmethod
     def load(cls, path: Path, dim: int, exact_max: int, *, binary: bool = False, store_id: str = "",
-             max_seq: int | None = None) -> DenseIndex:
+             max_seq: Callable[[], int] | None = None) -> DenseIndex:
         """The checkpoint at `path`, or an empty index (which the journal refills) when there is
         none, or when it cannot be read, was built from another store or is ahead of the journal
-        (`max_seq`); then `rebuilt` says why."""
+        (its last seq, `max_seq()`, read after the checkpoint: the owner may commit and checkpoint
+        meanwhile); then `rebuilt` says why."""
         self = cls(dim, exact_max, binary=binary)
         self.store_id = store_id
         if not path.exists():
@@ -216,7 +217,7 @@ class DenseIndex:
                 saved_store = bytes(z["store"]).decode() if "store" in z.files else None
                 if saved_dim != dim:
                     return self
-                if saved_store not in (None, store_id) or (max_seq is not None and seq > max_seq):
+                if saved_store not in (None, store_id) or (max_seq is not None and seq > max_seq()):
                     self.rebuilt = "it was built from another store"
                     return self
                 index = faiss.deserialize_index_binary(z["index"]) if binary else faiss.deserialize_index(z["index"])

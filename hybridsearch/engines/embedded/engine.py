@@ -84,12 +84,13 @@ class EmbeddedEngine:
         """Open the derived indexes (each replays the journal past its checkpoint); one built from
         another store, ahead of the journal, or unreadable is rebuilt from the journal, with a
         warning that says so."""
-        store_id, max_seq = self.store.store_id, self.store.max_seq()
+        store_id = self.store.store_id
         stored = self.get_meta("lexicon")
         check_lexicon(stored, self.analyzer, str(self.path))
         if stored is None:
             self.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
         self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner, store_id=store_id)
+        max_seq = self.store.max_seq()  # after reading the BM25 checkpoint, which the owner may move meanwhile
         if self.owner and self.bm25_index.applied_seq > max_seq:
             self.bm25_index.reset("it is ahead of the journal (built from another store)")
         if not self.owner and (self.bm25_index.applied_seq > max_seq
@@ -99,13 +100,13 @@ class EmbeddedEngine:
         if self.bm25_index.rebuilt:
             _log.warning("%s: rebuilding the BM25 index from the journal: %s", self.path, self.bm25_index.rebuilt)
         self.dense_index = DenseIndex.load(self.path / "dense.npz", self.dim, exact_max, store_id=store_id,
-                                           max_seq=max_seq)
+                                           max_seq=self.store.max_seq)
         # derived vector indexes: name -> (index, checkpoint path, fetch vectors by label)
         self._vector_indexes: dict[str, tuple[DenseIndex, Path, Callable[[list[int]], dict[int, np.ndarray]]]] = {
             "dense": (self.dense_index, self.path / "dense.npz", self.store.vectors_by_label)}
         for f in HDC_FIELDS:
             idx = DenseIndex.load(self.path / f"hdc_{f}.npz", HDC_DIM, exact_max, binary=True, store_id=store_id,
-                                  max_seq=max_seq)
+                                  max_seq=self.store.max_seq)
             self._vector_indexes[f"hdc:{f}"] = (idx, self.path / f"hdc_{f}.npz",
                                                  partial(self.store.codes_by_label, field=f))
         for name, (idx, _, _) in self._vector_indexes.items():
@@ -113,9 +114,10 @@ class EmbeddedEngine:
                 _log.warning("%s: rebuilding the %s index from the journal: %s", self.path, name, idx.rebuilt)
         self._saved_seq = {name: -1 if idx.rebuilt else idx.applied_seq
                            for name, (idx, _, _) in self._vector_indexes.items()}
+        # the seq first: a commit between the two reads is then replayed by the catch-up, not missed
+        self._seen_seq = self.store.max_seq()
         self._id_of: dict[int, str] = self.store.id_map()
         self._label_of: dict[str, int] = {v: k for k, v in self._id_of.items()}
-        self._seen_seq = self.store.max_seq()
         self._hdc_encoder: HdcEncoder | None = None
         self._info: dict[str, DocInfo] = {}
         self._data_version = -1
