@@ -143,6 +143,10 @@ OWNER = textwrap.dedent("""
     engine = EmbeddedEngine(sys.argv[1])
     print("owner" if engine.owner else "not owner", flush=True)
     for line in sys.stdin:  # one document per line: written (and applied, being the owner) at once
+        if line.strip() == "?":  # a query: applies what other processes committed
+            engine.refresh()
+            print("refreshed", flush=True)
+            continue
         v = np.random.default_rng(len(line)).normal(size=(1, 384)).astype(np.float32)
         engine.write([Document(id=line.strip(), title=f"{line.strip()}word", text="late arrival")], v)
         print("written", flush=True)
@@ -200,3 +204,32 @@ def test_a_process_opening_while_the_owner_writes_sees_every_document(tmp_path, 
     finally:
         owner.stdin.close()  # type: ignore[union-attr]
         owner.wait(timeout=60)
+
+
+@pytest.mark.integration
+def test_a_reader_sees_what_the_owner_applies_and_takes_over_when_it_closes(tmp_path) -> None:
+    from hybridsearch.models import Document
+
+    idx = tmp_path / "idx"
+    EmbeddedEngine(idx).close()
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(idx)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert owner.stdout is not None and owner.stdin is not None
+    assert owner.stdout.readline().strip() == "owner"
+    with EmbeddedEngine(idx) as reader:
+        assert not reader.owner
+        v = np.ones((1, 384), np.float32)
+        reader.write([Document(id="mine", title="x", text="y", procedure="quokkaword steps")], v)
+        assert reader.bm25("quokkaword").ids == []  # BM25 is the owner's to apply
+        owner.stdin.write("?\n")
+        owner.stdin.flush()
+        assert owner.stdout.readline().strip() == "refreshed"
+        # the owner's apply moved no SQLite version this reader watches, and a field it had not seen
+        assert reader.bm25("quokkaword").ids == ["mine"]
+        reader.write([Document(id="later", title="walrusword", text="z")], v)
+        owner.stdin.close()
+        assert owner.wait(timeout=60) == 0
+        assert reader.bm25("walrusword").ids == ["later"] and reader.owner  # it took over
+        assert reader.stats().details["bm25_applied_seq"] == reader.stats().details["journal_seq"]
+    with EmbeddedEngine(idx) as again:
+        assert again.owner and again.bm25("walrusword").ids == ["later"]

@@ -53,6 +53,7 @@ class Bm25Index:
         self.index: tantivy.Index | None = None
         self.applied_seq = 0
         self.fields_present: set[str] = set()
+        self._applied_mtime = 0
         try:
             if owner:
                 path.mkdir(parents=True, exist_ok=True)
@@ -91,7 +92,18 @@ class Bm25Index:
             self.applied_seq, self.fields_present, self._lengths = 0, set(), None
             self.rebuilt = why
 
+    def stale(self) -> bool:
+        """Reader: whether the owner has committed since this index last read its record."""
+        try:
+            return (self.path / _APPLIED).stat().st_mtime_ns != self._applied_mtime
+        except OSError:
+            return False
+
     def _read_applied(self) -> None:
+        try:
+            self._applied_mtime = (self.path / _APPLIED).stat().st_mtime_ns
+        except OSError:
+            self._applied_mtime = 0
         data = _applied(self.path)
         if not data:
             return

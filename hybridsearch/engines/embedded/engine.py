@@ -80,15 +80,9 @@ class EmbeddedEngine:
             raise EngineError(f"the index store {self.path}/store.sqlite is damaged ({e}); nothing was written. "
                               "Restore it from a snapshot or ingest into a new index") from e
 
-    def _open_derived(self, exact_max: int) -> None:
-        """Open the derived indexes (each replays the journal past its checkpoint); one built from
-        another store, ahead of the journal, or unreadable is rebuilt from the journal, with a
-        warning that says so."""
+    def _open_bm25(self) -> None:
+        """Open the BM25 index as owner (writing) or reader, checking it against the journal."""
         store_id = self.store.store_id
-        stored = self.get_meta("lexicon")
-        check_lexicon(stored, self.analyzer, str(self.path))
-        if stored is None:
-            self.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
         self.bm25_index = Bm25Index(self.path / "bm25", self.analyzer, owner=self.owner, store_id=store_id)
         max_seq = self.store.max_seq()  # after reading the BM25 checkpoint, which the owner may move meanwhile
         if self.owner and self.bm25_index.applied_seq > max_seq:
@@ -99,6 +93,29 @@ class EmbeddedEngine:
                               "open the index in one process alone to rebuild it")
         if self.bm25_index.rebuilt:
             _log.warning("%s: rebuilding the BM25 index from the journal: %s", self.path, self.bm25_index.rebuilt)
+
+    def _take_over(self) -> None:
+        """A reader becomes the owner once the owner has closed (its lock is free): it opens the
+        BM25 index for writing and applies what the journal holds, its own writes included."""
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return
+        self.owner = True
+        self.bm25_index.close()
+        self._open_bm25()
+        self._data_version = -1  # catch up now
+
+    def _open_derived(self, exact_max: int) -> None:
+        """Open the derived indexes (each replays the journal past its checkpoint); one built from
+        another store, ahead of the journal, or unreadable is rebuilt from the journal, with a
+        warning that says so."""
+        store_id = self.store.store_id
+        stored = self.get_meta("lexicon")
+        check_lexicon(stored, self.analyzer, str(self.path))
+        if stored is None:
+            self.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
+        self._open_bm25()
         self.dense_index = DenseIndex.load(self.path / "dense.npz", self.dim, exact_max, store_id=store_id,
                                            max_seq=self.store.max_seq)
         # derived vector indexes: name -> (index, checkpoint path, fetch vectors by label)
@@ -126,10 +143,15 @@ class EmbeddedEngine:
     # -- journal catch-up ---------------------------------------------------------------------
     def refresh(self) -> None:
         """Catch derived indexes up with the journal if another connection committed since the
-        last look (SQLite's data_version moves only on other connections' commits)."""
+        last look (SQLite's data_version moves only on other connections' commits); a reader
+        takes over the derived indexes when the owner has gone."""
         with self._lock:
+            if not self.owner:
+                self._take_over()
             version = self.store.data_version()
-            if version == self._data_version:
+            # a reader also looks again when the owner has applied since (its commits to BM25 do
+            # not move SQLite's data_version)
+            if version == self._data_version and (self.owner or not self.bm25_index.stale()):
                 return
             self._data_version = version
             self._catch_up()
@@ -159,6 +181,8 @@ class EmbeddedEngine:
                 touched = {e.label: e.id for e in todo}
                 docs = self.store.docs_by_label(list(touched))
                 self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
+            else:  # only vector changes: BM25 is current, so the next catch-up need not read them again
+                self.bm25_index.applied_seq = max(self.bm25_index.applied_seq, last)
         else:
             self.bm25_index.reload()
         for name, (index, _, fetch) in self._vector_indexes.items():
@@ -395,7 +419,11 @@ class EmbeddedEngine:
         })
 
     def close(self) -> None:
+        """Close the index. The owner first applies what other processes committed, so that what
+        it leaves on disk is current when no other process takes over the derived indexes."""
         with self._lock:
+            if self.owner:
+                self.refresh()
             self.checkpoint()
             self.bm25_index.close()
             self.store.close()
