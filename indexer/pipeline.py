@@ -13,9 +13,10 @@ import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
+from hybridsearch.analysis import default_analyzer
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
-from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, is_url, open_engine
+from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, check_lexicon, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
@@ -293,7 +294,9 @@ def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None)
         engine.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs])
 
     def into_store(store: Store, docs: list[Document]) -> None:
-        enc = HdcEncoder(ngrams=store.hdc_options()["ngrams"])
+        analyzer = default_analyzer()  # as the engine would: refused when the index has another lexicon
+        check_lexicon(store.get_meta("lexicon"), analyzer, target)
+        enc = HdcEncoder(analyzer, ngrams=store.hdc_options()["ngrams"])
         store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs], only_missing=True)
 
     return _derive_at(target, ids, index, "codes", through_engine, into_store)

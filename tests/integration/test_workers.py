@@ -163,7 +163,7 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
     journal entry), a result for text that changed meanwhile is dropped, and a directory that is
     not an index is refused, never created."""
     from hybridsearch.engines.embedded.store import Store
-    from hybridsearch.errors import IndexNotFoundError
+    from hybridsearch.errors import ConfigError, IndexNotFoundError
     from indexer.pipeline import embed_ids_at, encode_hdc_ids, graph_at
 
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:12]
@@ -195,6 +195,18 @@ def test_derived_work_is_done_once_on_a_directory(tmp_path, encoder) -> None:
     with pytest.raises(IndexNotFoundError):
         graph_at(str(tmp_path / "nothing"))
     assert not (tmp_path / "nothing").exists()
+    # a worker whose variant lexicon is not the index's would store codes that match no query
+    other = tmp_path / "other"
+    with EmbeddedEngine(other) as engine:
+        engine.write(docs[:2])
+    store = Store(other / "store.sqlite")
+    store.set_meta("lexicon", "lexicon-of-another-deployment")
+    store.close()
+    with pytest.raises(ConfigError, match="analysed with variant lexicon lexicon-of-another-deployment"):
+        encode_hdc_ids(str(other), ids[:2])
+    store = Store(other / "store.sqlite")
+    assert len(store.missing_codes(ids[:2])) == 2  # nothing stored
+    store.close()
 
 
 @pytest.mark.integration

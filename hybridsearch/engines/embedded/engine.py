@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import sqlite3
@@ -384,8 +383,7 @@ class EmbeddedEngine:
         return self.store.graph_summary()
 
     def get_meta(self, key: str) -> Any:
-        raw = self.store.get_meta(key)
-        return None if raw is None else json.loads(raw)
+        return self.store.get_meta(key)
 
     def set_meta(self, key: str, value: Any) -> None:
         self.store.set_meta(key, value)

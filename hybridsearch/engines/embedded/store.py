@@ -78,7 +78,7 @@ class Store:
         if self.get_meta("store_id") is None:
             with self._transaction() as c:
                 c.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (json.dumps(uuid.uuid4().hex),))
-        self.store_id: str = json.loads(self.get_meta("store_id") or '""')
+        self.store_id: str = self.get_meta("store_id") or ""
 
     def _backfill_cites(self) -> None:
         """Fill the citation table of a store written before it existed (once)."""
@@ -246,7 +246,7 @@ class Store:
 
     def graph_summary(self) -> GraphSummary | None:
         raw = self.get_meta("graph")
-        return None if raw is None else GraphSummary.of(json.loads(raw))
+        return None if raw is None else GraphSummary.of(raw)
 
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
         sql = ("SELECT c.id, g.cites, g.cited_by, g.cocited, g.pagerank, g.authority FROM chunks c"
@@ -332,7 +332,7 @@ class Store:
         always encoded alike."""
         saved = self.get_meta("hdc")
         if saved is not None:
-            options: dict[str, bool] = json.loads(saved)
+            options: dict[str, bool] = saved
             if ngrams is not None and options.get("ngrams") != ngrams:
                 raise ValidationError(f"this index encodes HDC with ngrams={options.get('ngrams')}; "
                                       "rebuild it to change that", field="ngrams")
@@ -341,9 +341,10 @@ class Store:
         self.set_meta("hdc", options)
         return options
 
-    def get_meta(self, key: str) -> str | None:
+    def get_meta(self, key: str) -> Any:
+        """The value `set_meta` stored under `key` (None when there is none)."""
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else None
+        return json.loads(row[0]) if row else None
 
     def set_meta(self, key: str, value: object) -> None:
         with self._lock:
