@@ -229,13 +229,7 @@ def load_queries(path: Path) -> list[Query]:
     """BEIR queries.jsonl; metadata (such as `intent`) is kept."""
     qfile = path / "queries.jsonl" if path.is_dir() else path
     out = []
-    for lineno, line in _read_lines(qfile):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValidationError(f"invalid JSON: {e.msg}", source=str(qfile), line=lineno) from e
-        except RecursionError:
-            raise ValidationError("invalid JSON: nested too deeply", source=str(qfile), line=lineno) from None
+    for lineno, obj in _json_records(qfile, LoadReport(), strict=True):  # the first bad line raises
         if isinstance(obj, dict):
             obj = {("id" if k == "_id" else k): (str(v) if k == "_id" else v) for k, v in obj.items()
                    if k in ("_id", "id", "text", "metadata")}

@@ -54,6 +54,12 @@ def test_text_no_engine_can_store_is_one_line_naming_it(tmp_path) -> None:
     assert [e.line for e in report.rejected] == [1, 2]
     assert "a lone surrogate '\\ud800' at character 1 of title" in str(report.rejected[0])
     assert "invalid JSON: nested too deeply" in str(report.rejected[1])
+    for bad, why in (("{not json", "invalid JSON: Expecting property name"),
+                     ("[" * 100_000, "invalid JSON: nested too deeply")):
+        q = tmp_path / "queries.jsonl"
+        q.write_text('{"_id": "q1", "text": "fine"}\n' + bad + "\n")
+        with pytest.raises(ValidationError, match=f"queries.jsonl:2: {why}"):
+            load_queries(q)
 
 
 def test_strict_stops_at_the_first_bad_line(tmp_path) -> None:
