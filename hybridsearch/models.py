@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,36 +32,39 @@ MAX_KEYWORD_BYTES = 32_766
 KEYWORD_FIELDS = ("work_id", "subjects", "authors", "venue", "date", "kind", "license", "source", "cites")
 
 
-def check_finite(value: Any, path: str = "") -> None:
-    """Reject NaN, infinities and whole numbers beyond 64 bits anywhere inside a JSON-like value."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"non-finite number {value!r}" + (f" at {path}" if path else ""))
-    if isinstance(value, int) and not -2**63 <= value < 2**64:
-        raise ValueError("whole number outside the 64-bit range" + (f" at {path}" if path else ""))
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every key and scalar inside a JSON-like value: `a.b[2]` for a value, the
+    key's repr after its parent's path (or "a key" at the top) for a key."""
     if isinstance(value, Mapping):
         for k, v in value.items():
-            check_finite(v, f"{path}.{k}" if path else str(k))
+            yield (f"{path}.{k!r}" if path else "a key"), k
+            yield from _leaves(v, f"{path}.{k}" if path else str(k))
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            check_finite(v, f"{path}[{i}]")
+            yield from _leaves(v, f"{path}[{i}]")
+    else:
+        yield path, value
 
 
-def check_unicode(value: Any, path: str = "") -> None:
+def check_finite(value: Any, path: str = "") -> None:
+    """Reject NaN, infinities and whole numbers beyond 64 bits anywhere inside a JSON-like value."""
+    for at, v in _leaves(value, path):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"non-finite number {v!r}" + (f" at {at}" if at else ""))
+        if isinstance(v, int) and not -2**63 <= v < 2**64:
+            raise ValueError("whole number outside the 64-bit range" + (f" at {at}" if at else ""))
+
+
+def check_unicode(value: Any) -> None:
     """Reject text that is not valid Unicode (a lone surrogate, which JSON's \\ud800 escapes can
-    make) anywhere inside a JSON-like value: no engine can store it as UTF-8."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"invalid text: a lone surrogate {value[e.start]!r} at character {e.start}"
-                             + (f" of {path}" if path else "")) from None
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            check_unicode(k, f"{path}.{k!r}" if path else "a key")
-            check_unicode(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            check_unicode(v, f"{path}[{i}]")
+    make) anywhere inside a JSON-like value, keys included: no engine can store it as UTF-8."""
+    for at, v in _leaves(value):
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"invalid text: a lone surrogate {v[e.start]!r} at character {e.start}"
+                                 + (f" of {at}" if at else "")) from None
 
 
 class _Model(BaseModel):
