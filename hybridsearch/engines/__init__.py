@@ -333,10 +333,7 @@ def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
     if zero.size:
         raise ValidationError(f"row {int(zero[0])} is all zeros (a vector without a direction has no cosine)",
                               field="vectors")
-    norms = np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
-    if np.all(np.abs(norms - 1.0) < 1e-6):
-        return arr
-    return (arr.astype(np.float64) / norms).astype(np.float32)
+    return _unit_rows(arr)
 
 
 def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:
@@ -345,10 +342,18 @@ def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:
     v = np.asarray(vec, dtype=np.float32).ravel()
     if v.shape != (dim,) or not np.isfinite(v).all():
         raise QueryError(f"a query vector must be {dim} finite numbers, got shape {np.shape(vec)}")
-    norm = float(np.linalg.norm(v))
-    if norm == 0:
+    if not v.any():
         raise QueryError("a query vector must not be all zeros (it has no cosine with anything)")
-    return v if abs(norm - 1.0) < 1e-6 else (v / norm).astype(np.float32)
+    return _unit_rows(v[None, :])[0]
+
+
+def _unit_rows(arr: np.ndarray) -> np.ndarray:
+    """float32 rows, none all zeros, scaled to unit length (in float64, where no length overflows);
+    as they are when every row already has unit length (to 1e-6)."""
+    norms = np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
+    if np.all(np.abs(norms - 1.0) < 1e-6):
+        return arr
+    return (arr.astype(np.float64) / norms).astype(np.float32)
 
 
 def check_bm25_fields(fields: Mapping[str, float] | None) -> Mapping[str, float]:

@@ -425,6 +425,8 @@ def test_dense_scores_are_cosines_whatever_the_stored_vectors_length(blank) -> N
     cos = {"long": float(far @ q), "unit": float(near @ q / np.linalg.norm(near)), "huge": float(far @ q)}
     got = blank.knn(q, 3)
     assert got.ids[0] == "unit" and dict(zip(got.ids, got.scores, strict=True)) == pytest.approx(cos, abs=1e-4)
+    huge = blank.knn((1e30 * q).astype(np.float32), 3)  # a query whose float32 length overflows
+    assert huge.ids == got.ids and huge.scores == pytest.approx(got.scores, abs=1e-4)
     assert blank.vector_score(q, ["huge", "long"]) == pytest.approx({"huge": cos["huge"], "long": cos["long"]},
                                                                   abs=1e-4)
     blank.set_vectors(["unit"], (7.0 * far)[None, :])
