@@ -94,16 +94,17 @@ class Bm25Index:
 
     def stale(self) -> bool:
         """Reader: whether the owner has committed since this index last read its record."""
+        return self._record_mtime() != self._applied_mtime
+
+    def _record_mtime(self) -> int:
+        """When the owner last wrote its record (applied seq, fields); 0 when there is none."""
         try:
-            return (self.path / _APPLIED).stat().st_mtime_ns != self._applied_mtime
+            return (self.path / _APPLIED).stat().st_mtime_ns
         except OSError:
-            return False
+            return 0
 
     def _read_applied(self) -> None:
-        try:
-            self._applied_mtime = (self.path / _APPLIED).stat().st_mtime_ns
-        except OSError:
-            self._applied_mtime = 0
+        self._applied_mtime = self._record_mtime()
         data = _applied(self.path)
         if not data:
             return
