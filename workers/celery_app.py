@@ -9,6 +9,8 @@ unreachable) are retried with exponential backoff and jitter; validation errors 
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from celery import Celery
 from kombu import Queue
 
@@ -24,11 +26,16 @@ def redis_url(settings: Settings | None = None) -> str:
     import redis
 
     url = (settings or get_settings()).redis_url or DEFAULT_URL
+    shown = url.rpartition("@")[2]  # never the password
     try:
         redis.ConnectionPool.from_url(url)
     except ValueError as e:
-        shown = url.rpartition("@")[2]  # never the password
         raise ConfigError(f"HYBRIDSEARCH_REDIS_URL: {shown!r} is not a Redis URL ({e})") from e
+    parts = urlsplit(url)
+    db = parts.path.strip("/")  # redis-py lets a database that is not a number through; the broker would not
+    if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
+        raise ConfigError(f"HYBRIDSEARCH_REDIS_URL: {shown!r} names database {db!r}; a database is a number "
+                          "(redis://host:6379/0)")
     return url
 
 

@@ -78,7 +78,8 @@ def create(r: redis.Redis, kind: str, target: str, index: str | None, batches: S
 
 # One atomic step per batch outcome: a batch already done stays done (a late dead-letter of it is
 # ignored), a batch is counted once however often it is delivered, and the status is worked out
-# again every time, so that concurrent batches can never leave a stale one. KEYS: job hash, :done,
+# again every time, so that concurrent batches can never leave a stale one (a job "failed" on a
+# dead-lettered batch whose redelivered copy succeeds later becomes "done"). KEYS: job hash, :done,
 # :failed; ARGV: batch, docs, error ("" when done).
 _RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -93,8 +94,9 @@ if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl); redis.call('PEXPIRE', KEYS[
 local done, failed = redis.call('SCARD', KEYS[2]), redis.call('HLEN', KEYS[3])
 local total = tonumber(redis.call('HGET', KEYS[1], 'batches'))
 if done + failed >= total then
-  if redis.call('HGET', KEYS[1], 'status') == 'running' then
-    redis.call('HSET', KEYS[1], 'status', failed == 0 and 'done' or 'failed', 'finished', ARGV[4])
+  local status = failed == 0 and 'done' or 'failed'
+  if redis.call('HGET', KEYS[1], 'status') ~= status then
+    redis.call('HSET', KEYS[1], 'status', status, 'finished', ARGV[4])
   end
 else
   redis.call('HSET', KEYS[1], 'status', 'running', 'finished', '')

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from celery import Task, group
+from celery import Task, group, signals
 from kombu.exceptions import OperationalError
 
 from hybridsearch.config import get_settings
@@ -74,6 +74,19 @@ def _recorded(n: int, size: int, job: str | None, batch: int | None) -> int:
 
 
 TASKS = {"embed": embed, "hdc": hdc_encode, "graph": graph}
+
+
+@signals.task_revoked.connect
+def _dead_letter_revoked(sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False,
+                         **_: Any) -> None:
+    """A batch that expired in the queue (or was revoked) never runs, so no task outcome records it:
+    dead-letter it here, in the worker that discarded it, so that its job ends instead of staying
+    "running" and `jobs retry` sends it again."""
+    kwargs = getattr(request, "kwargs", None) or {}
+    if getattr(sender, "name", None) in {t.name for t in TASKS.values()} and kwargs.get("job") is not None:
+        why = ("TaskExpired: waited in the queue longer than HYBRIDSEARCH_WORKER_TASK_EXPIRES" if expired
+               else "TaskRevoked: terminated while running" if terminated else "TaskRevoked: revoked before it ran")
+        jobs.record(jobs.client(redis_url()), kwargs["job"], int(kwargs["batch"]), error=why)
 
 
 def submit(kind: str, target: str, index: str | None, job: str, batches: dict[int, list[str]]) -> None:

@@ -263,6 +263,15 @@ def test_job_records_are_atomic_and_counted_once(redis_url) -> None:
     jobs.record(r, job, 1, docs=1)
     st = jobs.state(r, job)
     assert (st.status, st.done, st.failed, st.docs_done) == ("done", 2, 0, 3) and st.finished is not None
+    # a batch dead-lettered by one delivery whose redelivered copy succeeds later: the job is done,
+    # with no `jobs retry` in between
+    other = jobs.create(r, "embed", "/x", None, [["a"], ["b"]], 600)
+    jobs.record(r, other, 0, docs=1)
+    jobs.record(r, other, 1, error="EngineUnavailableError: down")
+    assert jobs.state(r, other).status == "failed"
+    jobs.record(r, other, 1, docs=1)
+    st = jobs.state(r, other)
+    assert (st.status, st.done, st.failed, st.docs_done) == ("done", 2, 0, 2) and jobs.failures(r, other) == {}
     r.delete(jobs.PREFIX + job)  # expired
     jobs.record(r, job, 1, docs=1)
     assert not r.exists(jobs.PREFIX + job)
@@ -396,6 +405,36 @@ def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp
     built = json.loads(subprocess.run([EXE, "graph", "--index-dir", str(idx), "--json"], env=env,
                                       capture_output=True, text=True).stdout)
     assert built["works"] == 242 and built["built"] is False and built["pagerank_sum"] == pytest.approx(1.0)
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url, tmp_path) -> None:
+    """Tasks that waited in the queue past HYBRIDSEARCH_WORKER_TASK_EXPIRES are discarded by the
+    worker that takes them: their batches are dead-lettered as expired, so `--wait` ends (exit 1,
+    saying so) instead of waiting forever; `jobs retry --wait` then completes the job."""
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/6"}
+    idx = tmp_path / "idx"
+    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+                          capture_output=True).returncode == 0
+    follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "100", "--index-dir", str(idx), "-q"],
+                              env={**env, "HYBRIDSEARCH_WORKER_TASK_EXPIRES": "1"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # every batch expires before a worker starts
+    worker = _worker(env, 1)
+    try:
+        out, err = follow.communicate(timeout=120)
+        assert follow.returncode == 1, (out, err)
+        assert "0 of 242 chunks in 0 of 3 batches" in out and out.rstrip().endswith("failed")
+        assert "3 batches of job" in err and "TaskExpired: waited in the queue longer than" in err
+        job = re.search(r"job (\S+): embed", out)[1]
+        fixed = subprocess.run([EXE, "jobs", "retry", job, "--wait", "-q"], env=env, capture_output=True, text=True,
+                               timeout=300)
+    finally:
+        follow.kill()
+        _stop(worker)
+    assert fixed.returncode == 0, fixed.stderr
+    assert f"job {job}: embed, 242 of 242 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
 
 
 def _wait_job(env: dict[str, str], job: str, timeout: float) -> dict:

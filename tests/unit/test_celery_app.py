@@ -43,3 +43,17 @@ def test_a_malformed_broker_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="HYBRIDSEARCH_REDIS_URL: 'x' is not a Redis URL"):
         redis_url(Settings(redis_url="amqp://user:secret@x"))  # the password is never shown
     assert redis_url(Settings(redis_url=None)) == "redis://127.0.0.1:6379/0"
+
+
+def test_a_broker_url_whose_database_is_not_a_number_is_a_config_error() -> None:
+    """redis-py lets `/abc` through (as database 0) where the broker fails with a traceback, after
+    the job was recorded: the check refuses it first."""
+    from hybridsearch.config import Settings
+    from workers.celery_app import redis_url
+
+    for bad, db in (("redis://h:6379/abc", "abc"), ("redis://:secret@h:6379/0/x", "0/x")):
+        with pytest.raises(ConfigError, match=f"names database '{db}'; a database is a number") as e:
+            redis_url(Settings(redis_url=bad))
+        assert "secret" not in str(e.value)
+    assert redis_url(Settings(redis_url="redis://h:6379/3")) == "redis://h:6379/3"
+    assert redis_url(Settings(redis_url="redis://h:6379")) == "redis://h:6379"
