@@ -43,7 +43,7 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     """The candidates with citation scores (and the chunks reached, appended with score 0), and
     what happened, for diagnostics."""
     directions = DIRECTIONS.get(intent, DIRECTIONS["lookup"])
-    diag: dict[str, Any] = {"directions": list(directions)}
+    diag: dict[str, Any] = {"directions": list(directions), "cited": 0}  # cited: candidates given a citation score
     has_graph = isinstance(engine, Neighborhood)
     if not has_graph or not cands.items:
         diag["skipped"] = "the engine has no citation graph" if cands.items else "no candidates"
@@ -81,7 +81,7 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
         work_of = {i: info.work_id for i, info in reached_chunks.items() if i not in have}
         new = sorted(work_of, key=lambda i: (-by_work.get(work_of[i], 0.0), i))[:config.max_new]
         citation.update({i: by_work[work_of[i]] for i in new})
-    diag["added"] = len(new)
+    diag.update(added=len(new), cited=len(citation))
     items = cands.items + [Candidate(i, 0.0, {}) for i in new]
     return cands.replace(items, citation=citation, seeds=list(strength)), diag
 

@@ -1,7 +1,8 @@
 """The query log: one record per search, written in the background.
 
 A record holds the time, the query text, profile, engine, index, origin (cli, api, http), the
-per-stage latency, hit counts per channel, the zero-result and out-of-domain flags and the top
+per-stage latency, hit counts per channel (an escalation's channel, and `citation`: the candidates the
+citation expansion scored), the zero-result and out-of-domain flags and the top
 ids; never credentials or API keys (a caller's key goes in by name, through `log_extra`). `put`
 never blocks and never raises: a full buffer drops the record and counts it, and a failing sink
 counts its failures. The first loss of each kind is logged as a warning, and closing a log that
@@ -50,12 +51,17 @@ def make_record(query: str, result: SearchResult, *, engine: str, index: str, or
     diag = result.diagnostics
     stages = diag.get("stages", {})
     reason = str(diag.get("reason", ""))
+    hits = dict(stages.get("channels", {}).get("hits", {}))  # per channel; escalation and citation as channels
+    if "escalation" in stages:
+        hits[stages["escalation"]["channel"]] = stages["escalation"]["hits"]
+    if "expand" in stages:
+        hits["citation"] = stages["expand"]["cited"]
     return {
         "@timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "query": query, "profile": diag.get("profile"), "engine": engine, "index": index, "origin": origin,
         "k": k, "hits": len(result.hits), "ms": round(float(diag.get("ms", 0.0)), 3),
         "stage_ms": {name: round(float(s["ms"]), 3) for name, s in stages.items() if "ms" in s},
-        "channel_hits": dict(stages.get("channels", {}).get("hits", {})),
+        "channel_hits": hits,
         "zero_result": not result.hits, "out_of_domain": reason.startswith("out of domain"),
         "reason": reason or None, "top_ids": [h.id for h in result.hits[:TOP_IDS]],
         **(extra or {}),

@@ -89,6 +89,26 @@ def test_api_searches_write_one_record_each(demo_copy, monkeypatch) -> None:
     assert files[0].name == f"queries-{first['@timestamp'][:10]}.jsonl"
 
 
+def test_escalation_and_citation_hits_are_counted_as_channels(demo_copy) -> None:
+    """The dashboards' "Channel hit counts" panel sums channel_hits.{bm25,dense,hdc,citation}: a
+    kb-balanced search that escalates to HDC counts its HDC hits, and a hybrid search counts the
+    candidates its citation expansion scored."""
+    import hybridsearch
+
+    with hybridsearch.open(demo_copy) as h:
+        escalated = h.search("Borsuk", "kb-balanced", k=5)
+        expanded = h.search("Brouwer fixed point theorem", "hybrid", k=5)
+    assert escalated.diagnostics["escalated"] is True
+    (f,) = (demo_copy / "querylog").glob("queries-*.jsonl")
+    first, second = [json.loads(line) for line in f.read_text().splitlines()]
+    stages = escalated.diagnostics["stages"]
+    assert first["channel_hits"] == {"bm25": stages["channels"]["hits"]["bm25"],
+                                     "hdc": stages["escalation"]["hits"]} and first["channel_hits"]["hdc"] > 0
+    cited = [x for x in expanded.hits if x.contributions.get("citation", 0) > 0]
+    assert cited and second["channel_hits"]["citation"] == expanded.diagnostics["stages"]["expand"]["cited"]
+    assert second["channel_hits"]["citation"] >= len(cited)
+
+
 def test_cli_search_logs_unless_turned_off(demo_copy, tmp_path) -> None:
     import os
 
