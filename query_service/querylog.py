@@ -6,7 +6,9 @@ citation expansion scored), the zero-result and out-of-domain flags and the top
 ids; never credentials or API keys (a caller's key goes in by name, through `log_extra`). `put`
 never blocks and never raises: a full buffer drops the record and counts it, and a failing sink
 counts its failures. The first loss of each kind is logged as a warning, and closing a log that
-lost records says how many; the HTTP service exports the counts as metrics. On OpenSearch records
+lost records says how many; the HTTP service exports the counts as metrics. A forked child (a
+multiprocessing pool's worker) logs through a writer thread and connections of its own, and
+writes what it holds as it exits. On OpenSearch records
 go to daily indices `hybridsearch-queries-YYYY.MM.DD` (template
 `opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL files
 `queries-YYYY-MM-DD.jsonl` with the same fields.
@@ -22,7 +24,9 @@ import logging
 import os
 import queue
 import re
+import sys
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,16 +78,38 @@ class QueryLog:
     def __init__(self, sink: Sink, *, capacity: int = 10_000, batch: int = 500) -> None:
         self.sink = sink
         self.batch = batch
+        self._closed = False
+        self._start(capacity)
+        atexit.register(self.close)  # a log never closed still writes what it holds at exit
+        self._close_in_mp_child()
+        _LIVE.add(self)
+
+    def _start(self, capacity: int) -> None:
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
         self.dropped = self.written = self.failed = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._pending = 0  # accepted and not yet written or failed
         self._idle = threading.Condition(self._lock)
-        self._closed = False
         self._thread = threading.Thread(target=self._run, name="query-log", daemon=True)
         self._thread.start()
-        atexit.register(self.close)  # a log never closed still writes what it holds at exit
+
+    def _after_fork(self) -> None:
+        """In a forked child the writer thread is gone: start the child's own, with an empty buffer
+        (what the parent had queued is the parent's to write) and counts of its own."""
+        if self._closed:
+            return
+        self._start(self._queue.maxsize)
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:  # a multiprocessing child clears its finalizers as it starts, then runs these
+            mp_util.register_after_fork(self, QueryLog._close_in_mp_child)
+
+    def _close_in_mp_child(self) -> None:
+        """A multiprocessing child leaves through os._exit, past atexit, running only its
+        finalizers: one closes the log, so what it holds is written."""
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:
+            mp_util.Finalize(self, self.close, exitpriority=100)
 
     def put(self, record: dict[str, Any]) -> bool:
         """Queue a record; False (and counted) when the buffer is full or the log is closed."""
@@ -165,6 +191,17 @@ class QueryLog:
                          f" (last error: {s['last_error']})" if s["last_error"] else "")
 
 
+_LIVE: weakref.WeakSet[QueryLog] = weakref.WeakSet()
+
+
+def _restart_logs_in_child() -> None:
+    for log in list(_LIVE):
+        log._after_fork()
+
+
+os.register_at_fork(after_in_child=_restart_logs_in_child)
+
+
 class JsonlSink:
     """Daily JSONL files in a directory; each batch is one append (O_APPEND), so several
     processes can log to the same directory."""
@@ -194,7 +231,8 @@ class OpenSearchSink:
     def __init__(self, url: str, settings: Settings) -> None:
         from hybridsearch.engines.opensearch.engine import make_client
 
-        self.client = make_client(url, settings)
+        self._make = lambda: make_client(url, settings)
+        self.client, self._pid = self._make(), os.getpid()
         self._template = False
 
     def write(self, records: Sequence[dict[str, Any]]) -> None:
@@ -204,6 +242,8 @@ class OpenSearchSink:
         from hybridsearch.engines.opensearch import queries as Q
         from hybridsearch.engines.opensearch.admin import QUERY_LOG_TEMPLATE, put_template
 
+        if self._pid != os.getpid():  # a forked child: its own connections, never the parent's sockets
+            self.client, self._pid = self._make(), os.getpid()
         if not self._template:
             self._template = True
             try:

@@ -84,3 +84,32 @@ def test_logs_prune_deletes_old_daily_indices(opensearch_url) -> None:
     assert "hybridsearch-queries-2020.01.02" in json.loads(out.stdout)["deleted"]
     assert not sink.client.indices.exists(index="hybridsearch-queries-2020.01.02")
     sink.close()
+
+
+def test_a_forked_child_logs_through_connections_of_its_own(opensearch_url) -> None:
+    """A forked child (a multiprocessing pool's worker) never writes through the parent's pooled
+    sockets, which both would then read answers from: its sink makes a client of its own. The
+    child's record and the parent's next one both arrive."""
+    import os
+
+    marker = f"fork-{uuid.uuid4().hex[:6]}"
+    sink = OpenSearchSink(opensearch_url, get_settings())
+    rec = {"@timestamp": "2026-01-02T03:04:05.000Z", "index": marker}
+    sink.write([{**rec, "query": "parent before"}])
+    parent_client = sink.client
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if it wrote through a client of its own
+        try:
+            sink.write([{**rec, "query": "child"}])
+            os._exit(0 if sink.client is not parent_client else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    sink.write([{**rec, "query": "parent after"}])
+    assert sink.client is parent_client
+    sink.client.indices.refresh(index="hybridsearch-queries-2026.01.02")
+    got = sink.client.search(index="hybridsearch-queries-2026.01.02", body={"query": {"term": {"index": marker}}})
+    assert sorted(h["_source"]["query"] for h in got["hits"]["hits"]) == ["child", "parent after", "parent before"]
+    sink.client.indices.delete(index="hybridsearch-queries-2026.01.02")
+    sink.close()

@@ -180,3 +180,41 @@ def test_a_log_that_cannot_be_written_says_so(tmp_path, caplog) -> None:
     warnings = [r.getMessage() for r in caplog.records]
     assert len([w for w in warnings if "could not be written" in w]) == 1  # the first failure only
     assert any(w.startswith("query log closed: 0 records written, 0 dropped, 3 failed") for w in warnings)
+
+
+_POOL = """
+import json, multiprocessing as mp, sys
+import hybridsearch
+
+h = hybridsearch.open(sys.argv[1])
+if __name__ == "__main__":
+    h.search("Gödel", "lexical", k=3)  # the parent's log and its writer thread run before the fork
+
+
+def work(q):
+    return len(h.search(q, "lexical", k=3).hits)
+
+
+if __name__ == "__main__":
+    pool = mp.get_context(sys.argv[2]).Pool(2)
+    print(json.dumps(pool.map(work, ["Brouwer", "Urysohn", "compact", "prime"])))
+    pool.close()
+    pool.join()
+"""
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_searches_in_multiprocessing_children_are_logged(demo_copy, tmp_path, start) -> None:
+    """A pool's child processes log their own searches: a forked child starts a writer thread of
+    its own (the parent's does not survive the fork), and each child writes what it holds as it
+    exits (through os._exit, past atexit)."""
+    script = tmp_path / "pool.py"
+    script.write_text(_POOL)
+    out = subprocess.run([sys.executable, str(script), str(demo_copy), start], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [3, 3, 3, 3]
+    records = [json.loads(x) for f in (demo_copy / "querylog").glob("*.jsonl") for x in f.read_text().splitlines()]
+    queries = sorted(r["query"] for r in records if r["query"] != "Gödel")
+    assert queries == ["Brouwer", "Urysohn", "compact", "prime"]
+    assert all(r["origin"] == "api" and r["hits"] == 3 for r in records)
