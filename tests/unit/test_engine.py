@@ -75,6 +75,44 @@ def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:
     owner.close()
 
 
+def test_other_threads_never_see_a_batch_before_it_commits(tmp_path) -> None:
+    """While one thread's write transaction is open, the process's other threads read what was
+    committed: not the new chunk, not the changed text, not the new count; a batch rolled back
+    never shows at all, and a committed one shows at once."""
+    owner = EmbeddedEngine(tmp_path / "idx")
+    owner.write(DOCS[:2])
+    first = DOCS[0].id
+    before = owner.get([first])[first].text
+    seen: dict[str, object] = {}
+
+    def look(tag: str) -> None:
+        got = owner.get([first, "uncommitted"])
+        seen[tag] = (owner.count(), got[first].text, "uncommitted" in got)
+
+    def in_thread(tag: str) -> None:
+        t = threading.Thread(target=look, args=(tag,))
+        t.start()
+        t.join()
+
+    changed = DOCS[0].model_copy(update={"text": "changed in an open transaction"})
+    try:
+        with owner.store._transaction() as c:  # a batch half-way through: one chunk changed, one added
+            c.execute("UPDATE chunks SET doc=? WHERE id=?", (changed.model_dump_json(), first))
+            c.execute("INSERT INTO chunks(id, work_id, chunk_no, doc, dense_hash) VALUES (?,?,?,?,?)",
+                      ("uncommitted", "uncommitted", 0, Document(id="uncommitted", title="t").model_dump_json(), "0"))
+            in_thread("open")
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+    in_thread("rolled back")
+    owner.write([changed])
+    in_thread("committed")
+    owner.close()
+    assert seen["open"] == (2, before, False)
+    assert seen["rolled back"] == (2, before, False)
+    assert seen["committed"] == (2, "changed in an open transaction", False)
+
+
 def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None:
     """HNSW walks the graph and skips what the filter refuses, so with 1 vector in 1,000 allowed it
     can end short of k; those are then scored exactly, as every one that passes would be."""

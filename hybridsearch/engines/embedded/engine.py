@@ -403,7 +403,7 @@ class EmbeddedEngine:
             "engine": "embedded",
             "path": str(self.path),
             "owner": self.owner,
-            "works": int(self.store.conn.execute("SELECT count(DISTINCT work_id) FROM chunks").fetchone()[0]),
+            "works": self.store.count_works(),
             "journal_seq": self._seen_seq,
             "bm25_applied_seq": self.bm25_index.applied_seq,
             "bm25_docs": self.bm25_index.num_docs(),

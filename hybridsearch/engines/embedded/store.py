@@ -62,7 +62,12 @@ class JournalEntry:
 
 
 class Store:
+    """Writes go through one connection (`conn`), one transaction at a time; reads go through a
+    connection of the reading thread's own, so that no thread ever sees a batch another thread is
+    still writing (SQLite shows a connection's open transaction to everything using it)."""
+
     def __init__(self, path: Path) -> None:
+        self.path = path
         try:
             self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                         timeout=60)
@@ -72,6 +77,9 @@ class Store:
         except sqlite3.Error as e:
             raise EngineError(f"cannot open store {path}: {e}") from e
         self._lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: dict[threading.Thread, sqlite3.Connection] = {}
+        self._readers_lock = threading.Lock()
         if self.get_meta("cites_table") is None:
             self._backfill_cites()
         # the store's identity: derived indexes carry it, so one built from another store is known
@@ -90,7 +98,25 @@ class Store:
             c.execute("INSERT OR REPLACE INTO meta VALUES ('cites_table', '1')")
 
     def close(self) -> None:
+        with self._readers_lock:
+            for c in self._readers.values():
+                c.close()
+            self._readers.clear()
         self.conn.close()
+
+    def _read(self) -> sqlite3.Connection:
+        """This thread's read connection (autocommit: each statement sees what was committed when
+        it began); those of threads that have ended are closed as new ones open."""
+        c: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60)
+            c.execute("PRAGMA query_only=1")
+            with self._readers_lock:
+                for gone in [t for t in self._readers if not t.is_alive()]:
+                    self._readers.pop(gone).close()
+                self._readers[threading.current_thread()] = c
+            self._local.conn = c
+        return c
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -192,13 +218,15 @@ class Store:
 
     # -- reads --------------------------------------------------------------------------------
     def max_seq(self) -> int:
-        return int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM journal").fetchone()[0])
+        return int(self._read().execute("SELECT coalesce(max(seq), 0) FROM journal").fetchone()[0])
 
     def data_version(self) -> int:
+        """Moves when another connection (another process) commits; the write connection's, so the
+        number is one counter whichever thread asks."""
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def journal_since(self, seq: int) -> list[JournalEntry]:
-        rows = self.conn.execute("SELECT seq, op, id, label FROM journal WHERE seq > ? ORDER BY seq",
+        rows = self._read().execute("SELECT seq, op, id, label FROM journal WHERE seq > ? ORDER BY seq",
                                  (seq,)).fetchall()
         return [JournalEntry(*r) for r in rows]
 
@@ -206,7 +234,7 @@ class Store:
         """Rows of `sql`, whose `{marks}` is filled with placeholders for a slice of `keys` at a
         time (SQLite caps the number of bound parameters)."""
         for chunk in _chunks(keys):
-            yield from self.conn.execute(sql.format(marks=",".join("?" * len(chunk))), chunk)
+            yield from self._read().execute(sql.format(marks=",".join("?" * len(chunk))), chunk)
 
     def docs_by_label(self, labels: Sequence[int]) -> dict[int, Document]:
         return {label: Document.model_validate_json(doc, strict=False)
@@ -229,11 +257,11 @@ class Store:
     # -- citation graph (built by indexer.graph; read directly, so nothing to apply) -------------
     def citation_links(self) -> list[WorkLinks]:
         cites: dict[str, list[str]] = {}
-        for work, target in self.conn.execute("SELECT DISTINCT c.work_id, cc.target FROM chunk_cites cc"
+        for work, target in self._read().execute("SELECT DISTINCT c.work_id, cc.target FROM chunk_cites cc"
                                               " JOIN chunks c ON c.label = cc.label ORDER BY 1, 2"):
             cites.setdefault(work, []).append(target)
         return [WorkLinks(w, ym, tuple(cites.get(w, ()))) for w, ym in
-                self.conn.execute("SELECT work_id, min(ym) FROM chunks GROUP BY work_id ORDER BY work_id")]
+                self._read().execute("SELECT work_id, min(ym) FROM chunks GROUP BY work_id ORDER BY work_id")]
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
         """Replace the graph and its summary in one transaction."""
@@ -269,7 +297,7 @@ class Store:
         if ids is not None:
             rows = sorted(self._rows_in(q + " AND c.id IN ({marks})", list(dict.fromkeys(ids))))
         else:
-            rows = list(self.conn.execute(q + " ORDER BY c.label" + (f" LIMIT {int(limit)}" if limit is not None
+            rows = list(self._read().execute(q + " ORDER BY c.label" + (f" LIMIT {int(limit)}" if limit is not None
                                                                     else "")))
         return [(i, Document.model_validate_json(d, strict=False)) for i, d in rows[:limit]]
 
@@ -282,16 +310,19 @@ class Store:
         return sorted(i for i, _ in found)
 
     def count_codes(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM hdc").fetchone()[0])
+        return int(self._read().execute("SELECT count(*) FROM hdc").fetchone()[0])
+
+    def count_works(self) -> int:
+        return int(self._read().execute("SELECT count(DISTINCT work_id) FROM chunks").fetchone()[0])
 
     def id_map(self) -> dict[int, str]:
-        return dict(self.conn.execute("SELECT label, id FROM chunks"))
+        return dict(self._read().execute("SELECT label, id FROM chunks"))
 
     def count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        return int(self._read().execute("SELECT count(*) FROM chunks").fetchone()[0])
 
     def count_vectors(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0])
+        return int(self._read().execute("SELECT count(*) FROM vectors").fetchone()[0])
 
     def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
                         ) -> list[tuple[str, Document]]:
@@ -325,7 +356,7 @@ class Store:
                          f" ({','.join('?' * len(f.subjects))}))")
             args.extend(norm_key(s) for s in f.subjects)
         sql = "SELECT label FROM chunks" + (" WHERE " + " AND ".join(where) if where else "")
-        return {r[0] for r in self.conn.execute(sql, args)}
+        return {r[0] for r in self._read().execute(sql, args)}
 
     def hdc_options(self, *, ngrams: bool | None = None) -> dict[str, bool]:
         """The index's HDC encoding options, fixed at first use so that documents and queries are
@@ -343,7 +374,7 @@ class Store:
 
     def get_meta(self, key: str) -> Any:
         """The value `set_meta` stored under `key` (None when there is none)."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        row = self._read().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def set_meta(self, key: str, value: object) -> None:
