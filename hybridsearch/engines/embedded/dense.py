@@ -144,10 +144,13 @@ class DenseIndex:
                     continue
                 labels.append(self._label_of[v])
                 out.append(1.0 - s / self.dim if self.binary else float(s))
-            if allowed is not None and self.hnsw and len(labels) < min(k, len(vids)):
-                # a filtered HNSW walk ends short of k when few vectors pass the filter: those are
-                # scored exactly instead, so the filter withholds nothing it lets through
-                exact = sorted(self.score(vec, [self._label_of[v] for v in vids]).items(), key=lambda x: -x[1])[:k]
+            passing = len(vids) if allowed is not None else len(self._vid_of)
+            if self.hnsw and len(labels) < min(k, passing):
+                # an HNSW walk that skips vectors (those the filter refuses, or tombstones) can end
+                # short of k when few pass: those that pass are scored exactly instead, so nothing
+                # the filter lets through is withheld
+                wanted = [self._label_of[v] for v in vids] if allowed is not None else list(self._vid_of)
+                exact = sorted(self.score(vec, wanted).items(), key=lambda x: (-x[1], x[0]))[:k]
                 return [lb for lb, _ in exact], [sc for _, sc in exact]
             return labels, out
 
