@@ -9,6 +9,7 @@ restricted document.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -16,7 +17,8 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +72,18 @@ class KeyStore:
         os.chmod(tmp, 0o600)
         os.replace(tmp, self.path)
 
+    @contextmanager
+    def _changing(self) -> Iterator[list[ApiKey]]:
+        """The keys, to change in place and save, with the file locked against every other
+        process changing it meanwhile (two changes at once would otherwise keep only one: a
+        revoke undone by a concurrent add)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            keys = self._load()
+            yield keys
+            self._save(keys)
+
     def add(self, name: str, rights: Sequence[str], indices: Sequence[str] | None) -> str:
         """Store a new key's hash under `name`; returns the key (shown once)."""
         if not name or not name.replace("-", "").replace("_", "").isalnum():
@@ -77,21 +91,20 @@ class KeyStore:
         bad = [r for r in rights if r not in RIGHTS]
         if bad or not rights:
             raise ValidationError(f"rights {list(rights)}: choose from {', '.join(RIGHTS)}", field="rights")
-        keys = self._load()
-        if any(k.name == name and k.revoked is None for k in keys):
-            raise ValidationError(f"a key named {name!r} exists; revoke it first", field="name")
-        key = "hs_" + secrets.token_urlsafe(32)
-        keys.append(ApiKey(name, digest(key), tuple(dict.fromkeys(rights)),
-                           None if not indices else tuple(indices), time.time()))
-        self._save(keys)
+        with self._changing() as keys:
+            if any(k.name == name and k.revoked is None for k in keys):
+                raise ValidationError(f"a key named {name!r} exists; revoke it first", field="name")
+            key = "hs_" + secrets.token_urlsafe(32)
+            keys.append(ApiKey(name, digest(key), tuple(dict.fromkeys(rights)),
+                               None if not indices else tuple(indices), time.time()))
         return key
 
     def revoke(self, name: str) -> int:
-        keys = self._load()
-        hits = [k for k in keys if k.name == name and k.revoked is None]
-        if not hits:
-            raise ValidationError(f"no live key named {name!r}", field="name")
-        self._save([ApiKey(**{**asdict(k), "revoked": time.time()}) if k in hits else k for k in keys])
+        with self._changing() as keys:
+            hits = [k for k in keys if k.name == name and k.revoked is None]
+            if not hits:
+                raise ValidationError(f"no live key named {name!r}", field="name")
+            keys[:] = [ApiKey(**{**asdict(k), "revoked": time.time()}) if k in hits else k for k in keys]
         return len(hits)
 
     def list(self) -> list[ApiKey]:
