@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 
 
 def ndcg_at(ranking: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
-    gains = [qrels.get(d, 0) for d in ranking[:k]]
+    """A document ranked twice counts once, where it first appears (trec_eval reads a run as one
+    score per document)."""
+    gains = [qrels.get(d, 0) for d in list(dict.fromkeys(ranking))[:k]]
     dcg = sum(g / math.log2(i + 2) for i, g in enumerate(gains) if g > 0)
     ideal = sorted((g for g in qrels.values() if g > 0), reverse=True)[:k]
     idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))

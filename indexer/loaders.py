@@ -238,7 +238,8 @@ def load_queries(path: Path) -> list[Query]:
 
 
 def load_qrels(path: Path, split: str = "test") -> dict[str, dict[str, int]]:
-    """BEIR qrels/<split>.tsv (header optional, CRLF tolerated) -> {query: {doc: grade}}."""
+    """BEIR qrels/<split>.tsv (header optional, CRLF tolerated), or TREC qrels (`qid 0 docid grade`,
+    tabs or spaces) -> {query: {doc: grade}}."""
     if not path.exists():
         raise ValidationError("no such file or directory", source=str(path))
     qfile = path / "qrels" / f"{split}.tsv" if path.is_dir() else path
@@ -247,12 +248,14 @@ def load_qrels(path: Path, split: str = "test") -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for lineno, line in _read_lines(qfile):
         parts = line.strip().split("\t")
+        if len(parts) == 1:  # TREC qrels are separated by spaces
+            parts = line.split()
         if lineno == 1 and parts[0] == "query-id":
             continue
         if len(parts) == 4:  # TREC format: qid 0 docid grade
             parts = [parts[0], parts[2], parts[3]]
-        if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
-            raise ValidationError("expected query-id<TAB>corpus-id<TAB>score", source=str(qfile),
+        if len(parts) != 3 or not re.fullmatch(r"-?[0-9]+", parts[2]):
+            raise ValidationError("expected query-id<TAB>corpus-id<TAB>score (a whole number)", source=str(qfile),
                                   line=lineno)
         out.setdefault(parts[0], {})[parts[1]] = int(parts[2])
     return out

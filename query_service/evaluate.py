@@ -145,6 +145,14 @@ def run_eval(dataset: Path, specs: Sequence[RunSpec], *, target: str | Path, spl
     queries = [q for q in load_queries(dataset) if q.id in qrels]
     if not queries:
         raise ValidationError(f"no queries of split {split!r} found", source=str(dataset))
+    unknown = sorted(set(qrels) - {q.id for q in queries})
+    if unknown:  # judged but never searched: scoring them 0 would lower every run alike, silently
+        log(f"warning: {len(unknown)} judged queries of split {split!r} are not in queries.jsonl "
+            f"(first: {unknown[0]!r}); they are left out of the scores")
+        qrels = {q.id: qrels[q.id] for q in queries}
+    if not any(g > 0 for rels in qrels.values() for g in rels.values()):
+        raise ValidationError(f"no query of split {split!r} has a relevant document (a grade above 0)",
+                              source=str(dataset))
     need_vectors = any(s.profile.embeds_query() for s in specs)
     need_codes = any(s.profile.uses_channel("hdc") for s in specs)
     engine = prepare_index(dataset, target, need_vectors=need_vectors, encoder=encoder,

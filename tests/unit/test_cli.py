@@ -69,6 +69,32 @@ def test_eval_runs_and_json_contract(demo_copy, tmp_path) -> None:
         json.loads(out.read_text())["lexical"]["ndcg@10"])
 
 
+def test_eval_scores_only_the_judged_queries_it_ran(demo_copy, tmp_path) -> None:
+    """Judged queries missing from queries.jsonl are left out with a warning, never scored 0 (which
+    lowered every figure alike, silently); a split with nothing relevant is one error line."""
+    import shutil
+
+    data = tmp_path / "demo"
+    shutil.copytree(DEMO, data)
+    test = (data / "qrels" / "test.tsv").read_text()
+    (data / "qrels" / "ghost.tsv").write_text(test + "qa-99\tnope\t1\n")
+    (data / "qrels" / "zero.tsv").write_text("".join(
+        line.rsplit("\t", 1)[0] + "\t0\n" for line in test.splitlines()[1:]))
+    figures = {}
+    for split in ("test", "ghost"):
+        out = tmp_path / f"{split}.json"
+        res = cli("eval", str(data), "--channels", "bm25", "--split", split, "--index-dir", str(demo_copy),
+                  "--json", str(out), "-q")
+        figures[split] = json.loads(out.read_text())["bm25"]["ndcg@10"]
+        assert ("warning: 1 judged queries of split 'ghost' are not in queries.jsonl (first: 'qa-99')"
+                in res.stderr) is (split == "ghost")
+    assert figures["ghost"] == figures["test"] > 0
+    zero = cli("eval", str(data), "--channels", "bm25", "--split", "zero", "--index-dir", str(demo_copy),
+               check=False)
+    assert zero.returncode == 2 and zero.stderr.count("\n") == 1
+    assert "no query of split 'zero' has a relevant document (a grade above 0)" in zero.stderr
+
+
 def test_ingest_reports_rejects_and_strict_fails(tmp_path) -> None:
     f = tmp_path / "units.jsonl"
     f.write_text('{"id": "a", "title": "Baire category theorem"}\n{"id": "b", "title": 3}\n'

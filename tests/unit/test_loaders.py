@@ -89,6 +89,13 @@ def test_beir_metadata_mapping_and_crlf(tmp_path) -> None:
     assert (two.year, two.kind, two.license, two.venue, two.cites, two.role) == (
         1923, "theorem", "CC-BY-4.0", "Annals", ["1"], "theorem")
     assert load_qrels(tmp_path) == {"q1": {"1": 2, "2": 1}}
+    # TREC qrels, separated by spaces, are read too; a grade that is not a whole number is one line
+    (tmp_path / "qrels" / "trec.tsv").write_text("q1 0 1 2\nq1 0 2 0\n")
+    assert load_qrels(tmp_path, "trec") == {"q1": {"1": 2, "2": 0}}
+    for n, grade in enumerate(("--1", "\u00b2", "1.5")):
+        (tmp_path / "qrels" / f"bad{n}.tsv").write_text(f"q1\t1\t1\nq1\t2\t{grade}\n")
+        with pytest.raises(ValidationError, match="bad" + str(n) + r".tsv:2: expected .*\(a whole number\)"):
+            load_qrels(tmp_path, f"bad{n}")
     (q,) = load_queries(tmp_path)
     assert q.intent == "survey" and q.metadata == {"intent": "survey"}
 

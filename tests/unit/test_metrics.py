@@ -22,6 +22,10 @@ def test_hand_computed_values() -> None:
     assert mrr_at(["c", "x", "b"], qrels, 10) == pytest.approx(1 / 3)
     assert mrr_at(["c"] * 10 + ["a"], qrels, 10) == 0.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5 and percentile([], 95) == 0.0
+    # a document ranked twice counts once, where it first appears: nDCG never passes 1
+    assert ndcg_at(["a", "a", "a"], {"a": 1}, 10) == pytest.approx(1.0)
+    assert ndcg_at(["x", "x", "b", "a"], qrels, 3) == ndcg_at(["x", "b", "a"], qrels, 3)
+    assert evaluate({"q": ["a", "a", "b"]}, {"q": qrels})["ndcg@10"] == pytest.approx(1.0)
 
 
 def test_cross_check_against_trec_eval_on_a_real_run(demo_index) -> None:
