@@ -44,8 +44,8 @@ def bind(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def bit_counts(vectors: np.ndarray) -> np.ndarray:
-    """Per-bit count of ones over packed vectors of shape (n < 65536, 512)."""
-    return np.unpackbits(vectors, axis=1).sum(axis=0, dtype=np.uint16).astype(np.int32)
+    """Per-bit count of ones over packed vectors of shape (n, 512)."""
+    return np.unpackbits(vectors, axis=1).sum(axis=0, dtype=np.int32)
 
 
 def majority(counts: np.ndarray, n: int) -> np.ndarray:

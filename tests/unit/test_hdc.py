@@ -63,6 +63,17 @@ def test_even_bundles_break_ties_with_the_fixed_vector() -> None:
     assert np.array_equal(bundle([a, b]), bundle([b, a]))
 
 
+def test_a_bundle_of_more_than_65535_vectors_is_their_majority() -> None:
+    """Per-bit counts past 65,535 ones (a field of some 131k distinct tokens) stay exact: the bundle
+    is the true majority vote, not a near-random vector from a wrapped count."""
+    rng = np.random.default_rng(0)
+    mat = rng.integers(0, 256, size=(140_001, 512), dtype=np.uint8)  # an odd count: no ties
+    mat[:, 0] = 0xFF  # the first 8 bits: 140,001 ones each
+    counts = np.unpackbits(mat, axis=1).sum(axis=0, dtype=np.int64)
+    expected = np.packbits(2 * counts > len(mat))
+    assert np.array_equal(bundle(mat), expected)
+
+
 def test_field_score_and_renormalised_combination() -> None:
     assert field_score(0.5) == 0.0 and field_score(0.4) == 0.0 and field_score(0.75) == 0.5
     w = HdcWeights()
