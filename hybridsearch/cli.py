@@ -8,6 +8,7 @@ import logging
 import os
 import sqlite3
 import sys
+import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -379,12 +380,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         index_dir = _existing_index_dir(args).resolve()
         spec = {"target": str(index_dir), "index": index_dir.name, "options": {}}
-    os.environ["HYBRIDSEARCH_SERVE_SPEC"] = json.dumps({**spec, "keys": str(Path(args.keys).resolve())})
     print(f"serving {spec['index']} on http://{args.host}:{args.port} ({args.workers} worker(s)); ready when "
           f"/readyz answers 200", file=sys.stderr, flush=True)
-    uvicorn.run("query_service.http:app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=int(get_settings().http_shutdown_grace))
+    with tempfile.TemporaryDirectory(prefix="hybridsearch-serve-") as shared:  # the workers' rate limits
+        os.environ["HYBRIDSEARCH_SERVE_SPEC"] = json.dumps({**spec, "keys": str(Path(args.keys).resolve()),
+                                                           "rates": str(Path(shared) / "rates.sqlite")})
+        uvicorn.run("query_service.http:app_from_env", factory=True, host=args.host, port=args.port,
+                    workers=args.workers, log_level="warning", access_log=False,
+                    timeout_graceful_shutdown=int(get_settings().http_shutdown_grace))
     return 0
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gc
 import math
+import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -94,10 +96,38 @@ class RetrieveResponse(BaseModel):
 
 
 # -- state ----------------------------------------------------------------------------------------
-@dataclass
-class _Bucket:
-    tokens: float
-    at: float
+class RateLimits:
+    """Token buckets, one per key name, in a SQLite file that every worker process of one service
+    shares, so that a key's rate holds for the service, not once per process (`--workers N`)."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=OFF")  # buckets need not outlive the service
+        self._conn.execute("CREATE TABLE IF NOT EXISTS buckets(name TEXT PRIMARY KEY, tokens REAL NOT NULL,"
+                           " at REAL NOT NULL)")
+        self._lock = threading.Lock()
+
+    def take(self, name: str, rate: float, burst: int) -> float:
+        """0 when `name` may send a request now (one token taken), else seconds until it may. The
+        bucket refills at `rate` tokens a second up to `burst`; the monotonic clock is the
+        system's, one for every process."""
+        with self._lock:
+            c = self._conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                now = time.monotonic()
+                row = c.execute("SELECT tokens, at FROM buckets WHERE name=?", (name,)).fetchone()
+                tokens = float(burst) if row is None else min(float(burst), row[0] + max(0.0, now - row[1]) * rate)
+                wait = 0.0 if tokens >= 1 else (1 - tokens) / rate
+                c.execute("INSERT OR REPLACE INTO buckets VALUES (?,?,?)", (name, tokens - 1 if not wait else tokens,
+                                                                           now))
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+        return wait
 
 
 class _QueryLogCounts:
@@ -125,11 +155,10 @@ class ServiceState:
     options: dict[str, str]
     keys: KeyStore
     settings: Settings
+    rates: RateLimits
     ready: bool = False
     engine: Any = None
     searcher: Any = None
-    buckets: dict[str, _Bucket] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -146,16 +175,7 @@ class ServiceState:
 
     def allow(self, key: ApiKey) -> float:
         """0 when the key may send a request now (one token taken), else seconds until it may."""
-        rate, burst = self.settings.http_rate_limit, self.settings.http_rate_burst
-        now = time.monotonic()
-        with self.lock:
-            b = self.buckets.setdefault(key.name, _Bucket(float(burst), now))
-            b.tokens = min(float(burst), b.tokens + (now - b.at) * rate)
-            b.at = now
-            if b.tokens >= 1:
-                b.tokens -= 1
-                return 0.0
-            return (1 - b.tokens) / rate
+        return self.rates.take(key.name, self.settings.http_rate_limit, self.settings.http_rate_burst)
 
 
 def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
@@ -171,10 +191,16 @@ class Refused(Exception):  # noqa: N818 - a response, not a failure
 
 # -- the app ---------------------------------------------------------------------------------------
 def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, str] | None = None,
-               settings: Settings | None = None) -> FastAPI:
+               settings: Settings | None = None, rates_file: Path | None = None) -> FastAPI:
     """The service for one index: a directory (embedded engine) or an OpenSearch URL with the
-    logical index in `options["index"]`; `index` is the name requests use for it."""
-    state = ServiceState(target, index, options or {}, KeyStore(keys_file), settings or get_settings())
+    logical index in `options["index"]`; `index` is the name requests use for it. Worker processes
+    of one service share `rates_file` (the keys' rate limits); without it the app keeps its own."""
+    own = None
+    if rates_file is None:
+        own = tempfile.TemporaryDirectory(prefix="hybridsearch-rates-")
+        rates_file = Path(own.name) / "rates.sqlite"
+    state = ServiceState(target, index, options or {}, KeyStore(keys_file), settings or get_settings(),
+                         RateLimits(rates_file))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -189,6 +215,8 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
                 state.searcher.close()  # flushes the query log
             if state.engine is not None:
                 state.engine.close()
+            if own is not None:
+                own.cleanup()
 
     app = FastAPI(title="hybridsearch", version=_version(), lifespan=lifespan,
                   description="Hybrid retrieval (BM25, dense, HDC, citation) with explained scores.")
@@ -405,4 +433,5 @@ def app_from_env() -> FastAPI:
     import os
 
     spec = json.loads(os.environ["HYBRIDSEARCH_SERVE_SPEC"])
-    return create_app(spec["target"], index=spec["index"], keys_file=Path(spec["keys"]), options=spec["options"])
+    return create_app(spec["target"], index=spec["index"], keys_file=Path(spec["keys"]), options=spec["options"],
+                      rates_file=Path(spec["rates"]))

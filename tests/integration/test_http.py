@@ -265,6 +265,39 @@ def test_sigterm_lets_requests_in_flight_finish(service) -> None:
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.integration
+def test_a_keys_rate_holds_across_worker_processes(demo_copy, tmp_path) -> None:
+    """`serve --workers 2`: the two processes share the keys' token buckets, so a key with a burst
+    of 3 (and next to no refill) gets 3 answers in all, not 3 from each process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = tmp_path / "keys.json"
+    key = _key(keys, "bursty")
+    env = {**os.environ, "HYBRIDSEARCH_HTTP_RATE_LIMIT": "0.001", "HYBRIDSEARCH_HTTP_RATE_BURST": "3",
+           "HYBRIDSEARCH_QUERY_LOG": "false"}
+    port = _port()
+    proc = subprocess.Popen([EXE, "serve", "--index-dir", str(demo_copy), "--keys", str(keys), "--port", str(port),
+                             "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    svc = {"url": f"http://127.0.0.1:{port}"}
+    try:
+        deadline, ready = time.time() + 240, 0
+        while ready < 10:  # both workers ready: ten answers in a row, each on a new connection, say so
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.time() < deadline, "the workers did not become ready"
+            try:
+                ready = ready + 1 if httpx.get(svc["url"] + "/readyz", timeout=2).status_code == 200 else 0
+            except httpx.HTTPError:
+                ready = 0
+            time.sleep(0.2)
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda _: _post(svc, key, {"query": "compact", "profile": "lexical"}).status_code,
+                                  range(40)))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert sorted(codes) == [200] * 3 + [429] * 37, codes
+
+
 def test_start_up_freezes_what_it_loaded(demo_copy, tmp_path) -> None:
     """The model and the modules outlive every request: once the service is ready, they are out of
     the collector's full passes (a pass over them took about 230 ms), and what a request leaves
