@@ -38,13 +38,10 @@ def best_scores(rl: RankedList) -> dict[str, float]:
 
 
 def best_per_id(rl: RankedList) -> dict[str, int]:
-    """1-based rank of each id; a duplicate id keeps its best (highest-scored) position."""
-    best: dict[str, tuple[float, int]] = {}
-    for i, (id_, s) in enumerate(rl.items()):
-        if id_ not in best or s > best[id_][0]:
-            best[id_] = (s, i)
-    order = sorted(best, key=lambda d: (-best[d][0], best[d][1]))
-    return {d: r for r, d in enumerate(order, 1)}
+    """1-based rank of each id by its best score (a duplicate id keeps its best), equal scores
+    ranked by id."""
+    order = sorted(best_scores(rl).items(), key=lambda x: (-x[1], x[0]))
+    return {d: r for r, (d, _) in enumerate(order, 1)}
 
 
 def _check_weights(v: dict[str, float]) -> dict[str, float]:

@@ -108,7 +108,8 @@ class Profile(BaseModel):
         """A copy with request-time overrides: `max_results`, `min_score`, `gap`, `<channel>.k`,
         `<channel>.<param>` (the channel plugin's Config), `fuser.<param>` (the fuser's Config),
         `escalation.<param>`, `diversity.<param>`, `evidence.<param>`, `symbolic.<param>`. Every
-        value is validated; an error names the parameter and its range."""
+        value is validated; an error names the parameter and its range. `fuser.weights` merges
+        into the profile's weights (a channel it does not name keeps its weight)."""
         if not overrides:
             return self
         data = self.model_dump()
@@ -124,7 +125,11 @@ class Profile(BaseModel):
             elif head == "fuser" and param:
                 if len(data["channels"]) == 1 and data["escalation"] is None:
                     raise ValidationError("this profile has one channel and so no fuser", field=key)
-                data["fuser_config"][param] = value
+                old = data["fuser_config"].get(param)
+                # a mapping (fuser.weights) merges into the profile's: a channel it does not name
+                # keeps its weight, never falling back to the default 1 (hybrid's HDC weight is 0)
+                data["fuser_config"][param] = {**old, **value} if isinstance(old, dict) and isinstance(
+                    value, dict) else value
             elif head == "escalation" and param and data["escalation"] is not None:
                 data["escalation"][param] = value
             elif head in ("diversity", "evidence", "symbolic") and param:
@@ -157,6 +162,10 @@ class Profile(BaseModel):
                 if unknown:
                     raise ValidationError(f"names no channel of this search: {', '.join(unknown)} (its channels: "
                                           f"{', '.join(sorted(known))})", field=field)
+            weights = self.fuser_config.get("weights")
+            if isinstance(weights, dict) and all(weights.get(c, 1.0) == 0 for c in known):
+                raise ValidationError("every channel's weight is 0, so every score would be 0 (ranked by id); "
+                                      "give one a weight above 0", field="fuser.weights")
         if self.reranker is not None:
             _validate_config(plugins.load("rerankers", self.reranker), self.reranker_config, "reranker")
 

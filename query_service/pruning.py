@@ -16,4 +16,4 @@ def prune(scores: Sequence[float], *, ceiling: float, min_score: float = 0.0, ga
         return []
     top = scores[0]
     return [i for i, s in enumerate(scores)
-            if (ceiling <= 0 or s / ceiling >= min_score) and s >= top * gap]
+            if (min_score <= 0 or ceiling <= 0 or s / ceiling >= min_score) and (gap <= 0 or i == 0 or s >= top * gap)]

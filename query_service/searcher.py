@@ -20,7 +20,7 @@ from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import VectorSampling, VectorSearch
 from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
-from hybridsearch.scoring import minmax, unzip
+from hybridsearch.scoring import minmax, top_k, unzip
 from query_service.candidates import Candidates
 from query_service.channels import Channel, QueryContext
 from query_service.citation import expand as expand_citations
@@ -235,7 +235,7 @@ class Searcher:
             prof = prof.model_copy(update={"channels": {c: s for c, s in prof.channels.items() if c not in skipped}})
             diag["skipped_channels"] = skipped
         t = time.perf_counter()
-        lists = self._run_channels(prof, ctx, engine)
+        lists = {c: _ties_by_id(rl) for c, rl in self._run_channels(prof, ctx, engine).items()}
         stages["channels"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
         esc = prof.escalation
         if esc is not None:
@@ -245,7 +245,7 @@ class Searcher:
             if found < floor:
                 t = time.perf_counter()
                 spec = ChannelSpec(k=esc.k, config=esc.config)
-                lists[esc.channel] = self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k)
+                lists[esc.channel] = _ties_by_id(self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k))
                 stages["escalation"] = {"ms": _ms(t), "channel": esc.channel, "hits": len(lists[esc.channel])}
         cosines: dict[str, float] | None = None  # known cosines, when a semantic rule applies
         if prof.semantic_floor is not None or prof.min_semantic is not None or prof.domain_check is not None:
@@ -568,6 +568,12 @@ def _total(diag: dict[str, Any], t0: float, ctx: QueryContext) -> None:
     diag["ms"] = _ms(t0)
     if ctx.embed_ms is not None:
         diag["embed_ms"] = ctx.embed_ms
+
+
+def _ties_by_id(rl: RankedList) -> RankedList:
+    """A channel's list with equal scores ordered by id: engines order ties by where a document
+    lies in the index, so the same content ingested in another order would rank otherwise."""
+    return RankedList.of(rl.channel, *unzip(top_k(list(rl.items()), len(rl))))
 
 
 def _ms(t: float) -> float:

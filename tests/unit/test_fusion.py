@@ -139,3 +139,19 @@ def test_gap_pruning_never_drops_the_top_hit(raw, gap) -> None:
     keep = prune(scores, ceiling=max(scores[0], 1e-9), gap=gap)
     assert keep[0] == 0 and keep == sorted(keep)
     assert all(scores[i] >= scores[0] * gap for i in keep)
+
+
+def test_gap_pruning_keeps_a_negative_top_hit() -> None:
+    """Raw cosines of a dense-only search can all be below 0; top x gap then lies above the top,
+    and the top hit failed its own test, so every hit went."""
+    from query_service.pruning import prune
+
+    assert prune([-0.0017, -0.002, -0.01], ceiling=1.0, gap=0.5) == [0]
+    assert prune([-0.0017, -0.002], ceiling=1.0, gap=0.0) == [0, 1]  # min_score 0 drops nothing
+
+
+def test_rrf_ranks_equal_scores_by_id_not_by_list_position() -> None:
+    a = RankedList.of("bm25", ["zeta", "beta", "alpha"], [1.0, 1.0, 1.0])
+    b = RankedList.of("bm25", ["alpha", "zeta", "beta"], [1.0, 1.0, 1.0])
+    fa, fb = (RrfFuser(RrfConfig()).fuse({"bm25": rl}, 3) for rl in (a, b))
+    assert fa.ids == fb.ids == ["alpha", "beta", "zeta"]

@@ -31,6 +31,17 @@ def test_overrides_apply_and_are_validated() -> None:
         get_profile("kb-balanced").with_overrides({"dense.k": 5})
 
 
+def test_fuser_weights_merge_into_the_profiles_and_all_zero_is_refused() -> None:
+    """Retuning the two channels hybrid runs leaves HDC at 0 (replaced, it fell back to weight 1
+    and was run, carrying half the weight); weights that are all 0 would score every hit 0."""
+    base = get_profile("hybrid").fuser_config["weights"]
+    assert base["hdc"] == 0
+    p = get_profile("hybrid").with_overrides({"fuser.weights": {"bm25": 0.7, "dense": 0.3}})
+    assert p.fuser_config["weights"] == {**base, "bm25": 0.7, "dense": 0.3}
+    with pytest.raises(ValidationError, match=r"field 'fuser.weights'.*every channel's weight is 0"):
+        get_profile("hybrid").with_overrides({"fuser.weights": {"bm25": 0, "dense": 0}})
+
+
 @pytest.mark.parametrize(("name", "overrides", "embeds"), [
     ("lexical", {}, False),
     ("kb-balanced", {}, False),  # bm25 and hdc: codes from text

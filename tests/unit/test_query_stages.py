@@ -116,3 +116,24 @@ def test_rebuilds_a_bm25_index_written_with_another_schema(tmp_path) -> None:
     (path / "bm25" / "applied.json").write_text('{"seq": 999, "fields": ["title"]}')
     with EmbeddedEngine(path) as e:
         assert e.bm25("heine").ids == ["hb"] and e.stats().details["bm25_docs"] == len(DOCS)
+
+
+def test_equal_scores_rank_by_id_whatever_the_ingest_order(tmp_path, encoder) -> None:
+    """Four documents with the same text score alike in every channel: the same content ingested in
+    the opposite order gives the same top 3, by id, on one channel and fused (engines order ties by
+    where a document lies in the index)."""
+    from query_service.searcher import Searcher, adhoc_profile
+
+    same = [Document(id=i, title="compact operator", text="compact operators on Banach spaces")
+            for i in ("zeta", "beta", "alpha", "mid")]
+    vectors = encoder.encode([d.dense_text for d in same])
+    got = {}
+    for order in ("forward", "reverse"):
+        docs, vecs = (same, vectors) if order == "forward" else (same[::-1], vectors[::-1])
+        with EmbeddedEngine(tmp_path / order) as e:
+            e.write(docs, vecs)
+            s = Searcher(e, encoder=encoder)
+            got[order] = [[h.id for h in s.search("compact operator", prof, k=3).hits]
+                          for prof in ("lexical", adhoc_profile(["bm25", "dense"]))]
+            s.close()
+    assert got["forward"] == got["reverse"] == [["alpha", "beta", "mid"]] * 2
