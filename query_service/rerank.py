@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -141,11 +142,21 @@ class MathReranker:
         diag: dict[str, Any] = {"intent": intent, "weights": weights}
         if recency is not None:
             diag["recency"] = recency
+        # the budget is checked after each step that asks the engine, so that a slow one stops the
+        # stage there instead of running every step first
+        late = partial(past_budget, t0, cfg.budget_ms, diag, "the fused order stands")
         infos = cands.doc_info(engine)
-        cosines = self._cosines(query, cands, engine)
-        comps = {c: self._component(c, query, cands, engine, infos, cosines) for c in COMPONENTS if weights[c] > 0}
-        if past_budget(t0, cfg.budget_ms, diag, "the fused order stands"):
+        if late():
             return cands, diag
+        cosines = self._cosines(query, cands, engine)
+        if late():
+            return cands, diag
+        comps: dict[str, dict[str, float]] = {}
+        for name in COMPONENTS:
+            if weights[name] > 0:
+                comps[name] = self._component(name, query, cands, engine, infos, cosines)
+                if late():
+                    return cands, diag
         items = []
         for c in cands.items:
             parts = {name: values.get(c.id, 0.0) for name, values in comps.items()}

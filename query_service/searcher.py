@@ -287,11 +287,13 @@ class Searcher:
             stages["symbolic"] = {**info, "ms": _ms(t), "hits": len(cands)}
         if prof.reranker is not None and cands.items:
             t = time.perf_counter()
-            # the reranker sees the top `rerank_top` fused candidates and those expansion added;
-            # the fused ones below keep their order after them
-            top = list(range(min(prof.rerank_top, fused_count))) + list(range(fused_count, len(cands)))
+            # the reranker sees the top `rerank_top` fused candidates (at least k of them, so that
+            # no hit returned keeps a fused score, on another scale, below reranked ones) and those
+            # expansion added; the fused ones below keep their order after them
+            seen = min(max(prof.rerank_top, limit), fused_count)
+            top = list(range(seen)) + list(range(fused_count, len(cands)))
             reranked, info = self._reranker(prof).rerank(ctx, cands.keep(top), engine)
-            rest = cands.items[min(prof.rerank_top, fused_count):fused_count]
+            rest = cands.items[seen:fused_count]
             cands = reranked.replace(reranked.items + rest)
             stages["rerank"] = {"ms": _ms(t), "reranker": prof.reranker, "hits": len(reranked), **info}
         if prof.diversity is not None and cands.items:

@@ -96,6 +96,41 @@ def test_time_budgets_fall_back_and_say_so(searcher) -> None:
     assert all(h.components.get("citation", 0.0) == 0.0 for h in res.hits)
 
 
+def test_the_reranker_stops_at_its_budget_instead_of_after_all_its_work(demo_copy, encoder) -> None:
+    """Past its budget the reranker stops at the next engine request: the last of them (authority)
+    is never asked for; before, every component was computed and then thrown away."""
+    class Counting:
+        def __init__(self, engine: EmbeddedEngine) -> None:
+            self.engine, self.authority_calls = engine, 0
+
+        def __getattr__(self, name: str):  # noqa: ANN204 - the engine's own attributes
+            return getattr(self.engine, name)
+
+        def authority(self, ids):  # noqa: ANN001, ANN201
+            self.authority_calls += 1
+            return self.engine.authority(ids)
+
+    hybrid = get_profile("hybrid")
+    with EmbeddedEngine(demo_copy) as real:
+        engine = Counting(real)
+        s = Searcher(engine, encoder=encoder)
+        s.search(PREREQ, hybrid, k=10)
+        assert engine.authority_calls == 1
+        res = s.search(PREREQ, hybrid.model_copy(update={"reranker_config": {"budget_ms": 1e-6}}), k=10)
+        s.close()
+    assert "time budget" in res.diagnostics["stages"]["rerank"]["degraded"]
+    assert engine.authority_calls == 1
+
+
+def test_a_k_above_rerank_top_reranks_every_hit_returned(searcher) -> None:
+    """k=250 over rerank_top=100: every hit carries the reranker's components and one scale of
+    score, never increasing down the list (fused scores were appended below reranked ones)."""
+    res = searcher.search("compact sets in metric spaces", "hybrid", k=250)
+    scores = [h.score for h in res.hits]
+    assert len(res.hits) > 100 and scores == sorted(scores, reverse=True)
+    assert all(h.components for h in res.hits)
+
+
 def test_low_confidence_flag(searcher) -> None:
     res = searcher.search("Heine-Borel theorem statement", "hybrid", k=10)
     assert "low_confidence" not in res.diagnostics["stages"]["rerank"]
