@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -103,11 +104,15 @@ def visible(filters: Filters | None, rights: Collection[str] | None) -> Filters 
 
 
 def check_k(k: int) -> int:
-    """A result count between 1 and HYBRIDSEARCH_SEARCH_MAX_K, else one QueryError."""
+    """A result count: a whole number between 1 and HYBRIDSEARCH_SEARCH_MAX_K, else one QueryError."""
     most = get_settings().search_max_k
-    if not 1 <= k <= most:
-        raise QueryError(f"k must be between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {k}")
-    return k
+    try:
+        n = operator.index(k)  # an int, numpy's included; never 2.5 or "5"
+    except TypeError:
+        n = 0
+    if not 1 <= n <= most:
+        raise QueryError(f"k must be a whole number between 1 and {most} (HYBRIDSEARCH_SEARCH_MAX_K), got {k!r}")
+    return n
 
 
 def adhoc_profile(channels: Sequence[str], fuser: str = "rrf", k: int = 100) -> Profile:
@@ -211,7 +216,8 @@ class Searcher:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         if overrides:
             prof = prof.with_overrides(overrides)
-        limit = check_k(k if k is not None else prof.max_results)
+        # a profile's max_results is a default, capped by HYBRIDSEARCH_SEARCH_MAX_K; a k asked for is checked
+        limit = check_k(k) if k is not None else min(prof.max_results, get_settings().search_max_k)
         diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
         stages = diag["stages"]
         t0 = time.perf_counter()

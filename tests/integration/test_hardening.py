@@ -175,7 +175,7 @@ def test_open_never_creates(tmp_path) -> None:
 def test_bad_arguments_are_one_line(demo_copy, tmp_path, capsys) -> None:
     idx = str(demo_copy)
     cases = [
-        (["search", "x", "--index-dir", idx, "--channels", "bm25", "-k", "100000"], "k must be between 1 and 10000"),
+        (["search", "x", "--index-dir", idx, "--channels", "bm25", "-k", "100000"], "whole number between 1 and 10000"),
         (["search", "x", "--index-dir", idx, "--channels", ",,,"], "no channel named"),
         (["search", "x", "--index-dir", idx, "--channels", "bm25", "--fuser", "rfr"], "no fuser named 'rfr'"),
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "+"], "names no channel"),

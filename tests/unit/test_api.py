@@ -21,3 +21,23 @@ def test_searcher_sees_documents_ingested_after_it_opened(demo_copy, tmp_path) -
         writer.ingest(f, embed=False)
         writer.close()
         assert [x.id for x in h.search("zorblax", "lexical").hits] == ["new-1"]
+
+
+def test_k_is_a_whole_number_and_the_cap_bounds_the_default(demo_copy, monkeypatch) -> None:
+    """A k that is not a whole number is one QueryError (it was a TypeError from deep inside); a
+    lower HYBRIDSEARCH_SEARCH_MAX_K caps a profile's default instead of refusing every search that
+    names no k."""
+    import numpy as np
+    import pytest
+
+    from hybridsearch.errors import QueryError
+
+    with hybridsearch.open(demo_copy) as h:
+        for bad in (2.5, 3.0, "5", [], 0):
+            with pytest.raises(QueryError, match=r"k must be a whole number between 1 and \d+ .*got"):
+                h.search("compact", "lexical", k=bad)
+        assert len(h.search("compact", "lexical", k=np.int64(3)).hits) == 3
+        monkeypatch.setenv("HYBRIDSEARCH_SEARCH_MAX_K", "5")  # the settings follow the environment
+        assert len(h.search("compact", "lexical").hits) == 5  # lexical's max_results is larger
+        with pytest.raises(QueryError, match="between 1 and 5"):
+            h.search("compact", "lexical", k=6)
