@@ -64,7 +64,10 @@ class Analyzer:
         if "-" in tok:
             parts = [p.strip(EDGE_PUNCTUATION) for p in tok.split("-")]
             terms.extend(p for p in parts if p)
-        return [p for t in terms if t not in ENGLISH_STOPWORDS for p in _pieces(self._stemmer.stemWord(t))]
+        # Porter stems "s" to nothing: no empty token (OpenSearch's whitespace split drops it, so
+        # field lengths would differ between engines, and the HDC channel would encode it)
+        return [p for t in terms if t not in ENGLISH_STOPWORDS
+                for p in _pieces(self._stemmer.stemWord(t)) if p]
 
 
 def _pieces(term: str) -> list[str]:
