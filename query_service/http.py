@@ -381,8 +381,11 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
     except (EngineUnavailableError, IndexNotFoundError) as e:
         raise Refused(problem(503, "Service Unavailable", str(e))) from e
     except HybridSearchError as e:  # a bad profile, override or filter value
+        field = getattr(e, "field", None) or "body"
+        if body.overrides and field in body.overrides:
+            field = f"overrides.{field}"
         raise Refused(problem(422, "Unprocessable Content", str(e),
-                              errors=[{"field": "body", "message": str(e)}])) from e
+                              errors=[{"field": field, "message": str(e)}])) from e
     state.latency.observe(time.perf_counter() - start)
     diag = result.diagnostics
     for stage, info in diag.get("stages", {}).items():
