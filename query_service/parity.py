@@ -56,11 +56,18 @@ def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500
     return seconds
 
 
+def overlap(a: list[str], b: list[str]) -> float:
+    """|a ∩ b| over the longer list's length, the same whichever engine comes first (1 when both
+    are empty: they agree)."""
+    longer = max(len(a), len(b))
+    return len(set(a) & set(b)) / longer if longer else 1.0
+
+
 @dataclass
 class ChannelParity:
     queries: int = 0
     identical_top10: float = 0.0  # share of queries whose top-10 ids are identical, in order
-    overlap_top10: float = 0.0  # mean |top10(a) ∩ top10(b)| / 10
+    overlap_top10: float = 0.0  # mean overlap() of the two top 10s
     ndcg: dict[str, float] = field(default_factory=dict)  # engine -> nDCG@10
 
     @property
@@ -106,8 +113,7 @@ def compare(dataset: Path, engines: dict[str, Engine], *, runs: Sequence[str] = 
             p = ChannelParity(queries=len(queries))
             a, b = rankings.values()
             p.identical_top10 = sum(a[q][:10] == b[q][:10] for q in a) / max(1, len(a))
-            p.overlap_top10 = sum(len(set(a[q][:10]) & set(b[q][:10])) / max(1, min(10, len(a[q][:10]) or 1))
-                                  for q in a) / max(1, len(a))
+            p.overlap_top10 = sum(overlap(a[q][:10], b[q][:10]) for q in a) / max(1, len(a))
             p.ndcg = {n: evaluate(r, qrels)["ndcg@10"] for n, r in rankings.items()}
             report.channels[run] = p
         _compare_hdc(report, queries[:hdc_queries], engines)

@@ -46,3 +46,11 @@ def test_cross_check_against_trec_eval_on_a_real_run(demo_index) -> None:
     assert ours["mrr@10"] == pytest.approx(agg[RR @ 10], abs=1e-9)
     assert ours["ndcg@10"] == pytest.approx(agg[nDCG @ 10], abs=1e-9)
     assert 0.3 < ours["ndcg@10"] < 1.0
+
+
+def test_parity_overlap_is_the_same_whichever_engine_comes_first() -> None:
+    from query_service.parity import overlap
+
+    full = [f"d{i}" for i in range(10)]
+    assert overlap(["d0"], full) == overlap(full, ["d0"]) == 0.1
+    assert overlap(full, full[::-1]) == 1.0 and overlap([], []) == 1.0 and overlap([], full) == 0.0
