@@ -216,12 +216,12 @@ class MathReranker:
             if info is None:
                 continue
             key = i + "\x00" + info.title
-            if key not in self._titles:
+            entry = self._titles.get(key)  # one read: another search's thread may clear the cache meanwhile
+            if entry is None:
                 if len(self._titles) > 100_000:
                     self._titles.clear()
-                title = an.analyze(info.title)
-                self._titles[key] = (" ".join(title), *an.analyze_many(list(info.subjects)))
-            title_text, *subjects = self._titles[key]
+                entry = self._titles[key] = (" ".join(an.analyze(info.title)), *an.analyze_many(list(info.subjects)))
+            title_text, *subjects = entry
             if title_text and f" {title_text} " in joined:
                 out[i] = 1.0
             elif subjects:
