@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     worker_visibility_timeout: int = Field(default=3600, ge=1, description="seconds before Redis redelivers a "
                                            "task whose worker vanished; must exceed the longest batch")
     worker_max_retries: int = Field(default=5, ge=0, description="retries of a task after a transient error")
+    worker_max_lost: int = Field(default=3, ge=1, description="times the process running a batch may die before "
+                                 "the batch is dead-lettered instead of delivered again")
     worker_retry_backoff_max: int = Field(default=300, ge=1, description="longest wait between retries, seconds")
     worker_task_expires: int = Field(default=86_400, ge=1, description="seconds a queued backfill task and a "
                                      "task result stay valid")

@@ -3,7 +3,8 @@ citation graph, one batch), with its state in Redis so that any process can foll
 
 Keys (`hybridsearch:job:<id>`): a hash with the job's kind, target, index, totals, counters and
 status; `:batches` (batch number -> JSON ids), `:done` (a set of finished batch numbers) and
-`:failed` (batch number -> the error of a dead-lettered batch). A batch is recorded once however
+`:failed` (batch number -> the error of a dead-lettered batch) and `:deliveries` (how often each
+task message was delivered). A batch is recorded once however
 often it is delivered (the set decides), and whichever batch finishes the job records its
 completion. No credentials are stored: URL targets are kept without them, and workers take
 their own from their settings.
@@ -165,13 +166,33 @@ def unfinished(r: redis.Redis, job: str) -> dict[int, list[str]]:
     return {int(n): json.loads(ids) for n, ids in raw.items() if int(n) not in done}
 
 
+def delivered(r: redis.Redis, job: str, batch: int, retry: int) -> int:
+    """Count one more delivery of a batch's task message (its `retry`-th send: a retry is a new
+    message) and return how many there have been: more than one means the process running an
+    earlier one died (or vanished) holding it."""
+    key = PREFIX + job + ":deliveries"
+    with unavailable():
+        pipe = r.pipeline()
+        pipe.hincrby(key, f"{batch}:{retry}", 1)
+        pipe.pttl(PREFIX + job)
+        n, ttl = pipe.execute()
+        if ttl > 0:
+            r.pexpire(key, ttl)
+    return int(n)
+
+
 def reopen(r: redis.Redis, job: str, batches: Sequence[int]) -> None:
-    """Clear the dead-letters of `batches` and mark the job running again, before they are resent."""
+    """Clear the dead-letters and delivery counts of `batches` and mark the job running again,
+    before they are resent."""
     key = PREFIX + job
     with unavailable():
+        fields: list[str] = r.hkeys(key + ":deliveries")  # type: ignore[assignment]
+        counted = [f for f in fields if int(f.split(":")[0]) in set(batches)]
         pipe = r.pipeline()
         if batches:
             pipe.hdel(key + ":failed", *[str(b) for b in batches])
+        if counted:
+            pipe.hdel(key + ":deliveries", *counted)
         pipe.hset(key, mapping={"status": "running", "finished": ""})
         pipe.execute()
 

@@ -31,7 +31,20 @@ RETRY: dict[str, Any] = {
 
 class JobTask(Task):  # type: ignore[misc]
     """Records a batch of a job (`job`, `batch` keyword arguments) as dead-lettered once it failed
-    for good (retries exhausted, or an error that is not retried)."""
+    for good (retries exhausted, or an error that is not retried), or once the process running it
+    died HYBRIDSEARCH_WORKER_MAX_LOST times (a batch that kills its process, out of memory say,
+    would otherwise go back to the queue and kill the next one forever)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        job, batch = kwargs.get("job"), kwargs.get("batch")
+        if job is not None and batch is not None:
+            r = jobs.client(redis_url())
+            lost = jobs.delivered(r, job, int(batch), int(self.request.retries or 0)) - 1
+            if lost >= get_settings().worker_max_lost:
+                jobs.record(r, job, int(batch), error=f"WorkerLost: the process running this batch died {lost} "
+                            "times (out of memory, or killed); it is not delivered again")
+                return 0
+        return super().__call__(*args, **kwargs)
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: dict[str, Any], einfo: Any) -> None:
         if kwargs.get("job") is not None:

@@ -141,6 +141,45 @@ def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, enco
     engine.close()
 
 
+@pytest.mark.integration
+@pytest.mark.redis
+def test_a_batch_whose_process_keeps_dying_is_dead_lettered(redis_url, tmp_path) -> None:
+    """The pool process running a batch is SIGKILLed on each of its first three deliveries (as a
+    batch that runs out of memory would die): the fourth delivery dead-letters it instead of
+    running it, the job ends as failed saying why, and `jobs retry --wait` (counts cleared)
+    completes it."""
+    import signal
+
+    from workers import jobs
+
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/7"}
+    docs = list(BeirLoader().load(DEMO, LoadReport()))[:10]
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        engine.write(docs)
+    worker = subprocess.Popen([EXE, "worker", "--queues", "embed", "--concurrency", "1", "--loglevel", "WARNING",
+                               "--hostname", f"lost-test-{os.getpid()}@%h"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        job = _enqueue(env, tmp_path / "idx", 10)
+        r = jobs.client(env["HYBRIDSEARCH_REDIS_URL"])
+        for n in (1, 2, 3):  # the n-th delivery has begun in a pool process: kill that process
+            _wait_for(lambda n=n: int(r.hget(jobs.PREFIX + job + ":deliveries", "0:0") or 0) >= n, 120,
+                      f"delivery {n} never began", worker, poll=0.05)
+            for pid in _children(worker.pid):
+                os.kill(pid, signal.SIGKILL)
+        st = _wait_job(env, job, 120)
+        assert (st["status"], st["failed"], st["done"]) == ("failed", 1, 0), st
+        assert jobs.failures(r, job) == {0: "WorkerLost: the process running this batch died 3 times (out of "
+                                            "memory, or killed); it is not delivered again"}
+        fixed = subprocess.run([EXE, "jobs", "retry", job, "--wait", "-q"], env=env, capture_output=True, text=True,
+                               timeout=300)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert fixed.returncode == 0, fixed.stderr
+    assert f"job {job}: embed, 10 of 10 chunks in 1 of 1 batches" in fixed.stdout and ", done" in fixed.stdout
+
+
 def test_broker_down_or_malformed_is_one_line(tmp_path) -> None:
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": "redis://127.0.0.1:1/0"}
     EmbeddedEngine(tmp_path / "idx").close()
