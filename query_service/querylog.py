@@ -6,9 +6,9 @@ citation expansion scored), the zero-result and out-of-domain flags and the top
 ids; never credentials or API keys (a caller's key goes in by name, through `log_extra`). `put`
 never blocks and never raises: a full buffer drops the record and counts it, and a failing sink
 counts its failures. The first loss of each kind is logged as a warning, and closing a log that
-lost records says how many; the HTTP service exports the counts as metrics. A forked child (a
-multiprocessing pool's worker) logs through a writer thread and connections of its own, and
-writes what it holds as it exits. On OpenSearch records
+lost records says how many; the HTTP service exports the counts as metrics. A forked child logs
+through a writer thread and connections of its own; a multiprocessing child (a pool's worker,
+which may be terminated at any moment) writes each record as it comes. On OpenSearch records
 go to daily indices `hybridsearch-queries-YYYY.MM.DD` (template
 `opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL files
 `queries-YYYY-MM-DD.jsonl` with the same fields.
@@ -73,16 +73,20 @@ def make_record(query: str, result: SearchResult, *, engine: str, index: str, or
 
 
 class QueryLog:
-    """A bounded buffer drained by one daemon thread that writes batches to a sink."""
+    """A bounded buffer drained by one daemon thread that writes batches to a sink. In a
+    multiprocessing child (a pool's worker) each record is written as it comes instead: such a
+    child may be terminated or leave through os._exit at any moment, past atexit, and a
+    buffered record would be lost."""
 
     def __init__(self, sink: Sink, *, capacity: int = 10_000, batch: int = 500) -> None:
         self.sink = sink
         self.batch = batch
         self._closed = False
+        self._direct = _in_mp_child()
         self._start(capacity)
         atexit.register(self.close)  # a log never closed still writes what it holds at exit
-        self._close_in_mp_child()
         _LIVE.add(self)
+        self._direct_in_mp_child()
 
     def _start(self, capacity: int) -> None:
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
@@ -92,41 +96,49 @@ class QueryLog:
         self._pending = 0  # accepted and not yet written or failed
         self._idle = threading.Condition(self._lock)
         self._thread = threading.Thread(target=self._run, name="query-log", daemon=True)
-        self._thread.start()
+        if not self._direct:
+            self._thread.start()
 
     def _after_fork(self) -> None:
         """In a forked child the writer thread is gone: start the child's own, with an empty buffer
-        (what the parent had queued is the parent's to write) and counts of its own."""
+        (what the parent had queued is the parent's to write) and counts of its own; a
+        multiprocessing child, known once it starts (its after-fork hooks), writes directly."""
         if self._closed:
             return
         self._start(self._queue.maxsize)
-        mp_util = sys.modules.get("multiprocessing.util")
-        if mp_util is not None:  # a multiprocessing child clears its finalizers as it starts, then runs these
-            mp_util.register_after_fork(self, QueryLog._close_in_mp_child)
+        self._direct_in_mp_child()
 
-    def _close_in_mp_child(self) -> None:
-        """A multiprocessing child leaves through os._exit, past atexit, running only its
-        finalizers: one closes the log, so what it holds is written."""
+    def _direct_in_mp_child(self) -> None:
+        """Write directly once in a multiprocessing child: multiprocessing runs its after-fork
+        hooks as a child starts, forked or spawned (a spawned child makes its logs while it
+        imports the main module, before it knows it is a child)."""
         mp_util = sys.modules.get("multiprocessing.util")
         if mp_util is not None:
-            mp_util.Finalize(self, self.close, exitpriority=100)
+            mp_util.register_after_fork(self, QueryLog._write_directly)
+
+    def _write_directly(self) -> None:
+        self._direct = True
 
     def put(self, record: dict[str, Any]) -> bool:
-        """Queue a record; False (and counted) when the buffer is full or the log is closed."""
+        """Queue a record (or write it, in a multiprocessing child); False (and counted) when the
+        buffer is full or the log is closed."""
         with self._lock:
             if self._closed:
                 self.dropped += 1
                 return False
-            try:
-                self._queue.put_nowait(record)
-            except queue.Full:
-                if not self.dropped:
-                    _log.warning("query log: the buffer of %d records is full, so records are dropped (and counted) "
-                                 "until the writer catches up", self._queue.maxsize)
-                self.dropped += 1
-                return False
+            if not self._direct:
+                try:
+                    self._queue.put_nowait(record)
+                except queue.Full:
+                    if not self.dropped:
+                        _log.warning("query log: the buffer of %d records is full, so records are dropped (and "
+                                     "counted) until the writer catches up", self._queue.maxsize)
+                    self.dropped += 1
+                    return False
             self._pending += 1
-            return True
+        if self._direct:
+            self._write([record])
+        return True
 
     def _run(self) -> None:
         while True:
@@ -143,24 +155,28 @@ class QueryLog:
                 else:
                     records.append(r)
             if records:
-                try:
-                    self.sink.write(records)
-                    ok, error = True, None
-                except Exception as e:  # a log that cannot be written must not fail a search
-                    ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0][:300]
-                with self._lock:
-                    if ok:
-                        self.written += len(records)
-                    else:
-                        if not self.failed:
-                            _log.warning("query log: %d records could not be written (%s); later failures are "
-                                         "counted, not logged", len(records), error)
-                        self.failed += len(records)
-                        self.last_error = error
-                    self._pending -= len(records)
-                    self._idle.notify_all()
+                self._write(records)
             if stop:
                 return
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        """Write a batch through the sink and count the outcome."""
+        try:
+            self.sink.write(records)
+            ok, error = True, None
+        except Exception as e:  # a log that cannot be written must not fail a search
+            ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        with self._lock:
+            if ok:
+                self.written += len(records)
+            else:
+                if not self.failed:
+                    _log.warning("query log: %d records could not be written (%s); later failures are "
+                                 "counted, not logged", len(records), error)
+                self.failed += len(records)
+                self.last_error = error
+            self._pending -= len(records)
+            self._idle.notify_all()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every accepted record was written (or failed); False on timeout."""
@@ -180,9 +196,11 @@ class QueryLog:
                 return
             self._closed = True
         atexit.unregister(self.close)
-        with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=timeout)
-        self._thread.join(timeout)
+        _LIVE.discard(self)
+        if self._thread.is_alive():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=timeout)
+            self._thread.join(timeout)
         self.sink.close()
         s = self.stats()
         if s["dropped"] or s["failed"] or s["queued"]:
@@ -192,6 +210,12 @@ class QueryLog:
 
 
 _LIVE: weakref.WeakSet[QueryLog] = weakref.WeakSet()
+
+
+def _in_mp_child() -> bool:
+    """Whether this process is a multiprocessing child (spawned or forked)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
 
 
 def _restart_logs_in_child() -> None:

@@ -196,18 +196,16 @@ def work(q):
 
 
 if __name__ == "__main__":
-    pool = mp.get_context(sys.argv[2]).Pool(2)
-    print(json.dumps(pool.map(work, ["Brouwer", "Urysohn", "compact", "prime"])))
-    pool.close()
-    pool.join()
+    with mp.get_context(sys.argv[2]).Pool(2) as pool:  # leaving it terminates the children
+        print(json.dumps(pool.map(work, ["Brouwer", "Urysohn", "compact", "prime"])))
 """
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_searches_in_multiprocessing_children_are_logged(demo_copy, tmp_path, start) -> None:
-    """A pool's child processes log their own searches: a forked child starts a writer thread of
-    its own (the parent's does not survive the fork), and each child writes what it holds as it
-    exits (through os._exit, past atexit)."""
+    """A pool's child processes log their own searches, even when the pool terminates them: a
+    multiprocessing child writes each record as it comes (a forked one would otherwise wait for
+    the parent's writer thread, which does not survive the fork)."""
     script = tmp_path / "pool.py"
     script.write_text(_POOL)
     out = subprocess.run([sys.executable, str(script), str(demo_copy), start], capture_output=True, text=True,
@@ -218,3 +216,22 @@ def test_searches_in_multiprocessing_children_are_logged(demo_copy, tmp_path, st
     queries = sorted(r["query"] for r in records if r["query"] != "Gödel")
     assert queries == ["Brouwer", "Urysohn", "compact", "prime"]
     assert all(r["origin"] == "api" and r["hits"] == 3 for r in records)
+
+
+def test_a_closed_log_is_freed(demo_copy) -> None:
+    """Nothing keeps a closed log alive (its queue, its sink, an OpenSearch client), however many
+    a long-lived process opens and closes."""
+    import gc
+    import multiprocessing.util  # noqa: F401 - loaded in any real process (torch, uvicorn, celery)
+    import weakref
+
+    import hybridsearch
+
+    refs = []
+    for _ in range(3):
+        with hybridsearch.open(demo_copy) as h:
+            h.search("compact", "lexical", k=3)
+            refs.append(weakref.ref(h._searcher.query_log))
+    del h
+    gc.collect()
+    assert all(r() is None for r in refs)
