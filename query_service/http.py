@@ -108,6 +108,9 @@ class RateLimits:
                            " at REAL NOT NULL)")
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        self._conn.close()
+
     def take(self, name: str, rate: float, burst: int) -> float:
         """0 when `name` may send a request now (one token taken), else seconds until it may. The
         bucket refills at `rate` tokens a second up to `burst`; the monotonic clock is the
@@ -215,6 +218,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
                 state.searcher.close()  # flushes the query log
             if state.engine is not None:
                 state.engine.close()
+            state.rates.close()
             if own is not None:
                 own.cleanup()
 
@@ -382,8 +386,9 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         raise Refused(problem(503, "Service Unavailable", str(e))) from e
     except HybridSearchError as e:  # a bad profile, override or filter value
         field = getattr(e, "field", None) or "body"
-        if body.overrides and field in body.overrides:
-            field = f"overrides.{field}"
+        param = field.removeprefix("channels.")  # a profile names a channel's k channels.<channel>.k
+        if body.overrides and param in body.overrides:
+            field = f"overrides.{param}"
         raise Refused(problem(422, "Unprocessable Content", str(e),
                               errors=[{"field": field, "message": str(e)}])) from e
     state.latency.observe(time.perf_counter() - start)

@@ -293,10 +293,11 @@ class Searcher:
             stages["symbolic"] = {**info, "ms": _ms(t), "hits": len(cands)}
         if prof.reranker is not None and cands.items:
             t = time.perf_counter()
-            # the reranker sees the top `rerank_top` fused candidates (at least k of them, so that
-            # no hit returned keeps a fused score, on another scale, below reranked ones) and those
-            # expansion added; the fused ones below keep their order after them
-            seen = min(max(prof.rerank_top, limit), fused_count)
+            # the reranker sees the top `rerank_top` fused candidates (at least as many as the
+            # search keeps for k and diversity, so that no hit returned keeps a fused score, on
+            # another scale, below reranked ones) and those expansion added; the fused ones below
+            # keep their order after them
+            seen = min(max(prof.rerank_top, pool), fused_count)
             top = list(range(seen)) + list(range(fused_count, len(cands)))
             reranked, info = self._reranker(prof).rerank(ctx, cands.keep(top), engine)
             rest = cands.items[seen:fused_count]

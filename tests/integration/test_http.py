@@ -145,8 +145,9 @@ def test_status_codes(service) -> None:
         assert r.status_code == status, (body if isinstance(body, str) else list(body), r.status_code, r.text)
         assert r.headers["content-type"].startswith("application/problem+json") and text in r.text, r.text
     # a bad override is named where it lies in the body
-    r = _post(service, k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {"min_score": 1.5}})
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "overrides.min_score", r.text
+    for param, value in (("min_score", 1.5), ("bm25.k", 0)):
+        r = _post(service, k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {param: value}})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == f"overrides.{param}", r.text
     # a body without a length (chunked) is counted as it arrives: past the limit, 413 before any key
     big = (b"x" * 8192 for _ in range(10))
     r = httpx.post(service["url"] + "/retrieve", content=big, headers={"content-type": "application/json"})

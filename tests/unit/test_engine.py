@@ -111,6 +111,20 @@ def test_other_threads_never_see_a_batch_before_it_commits(tmp_path) -> None:
     assert seen["open"] == (2, before, False)
     assert seen["rolled back"] == (2, before, False)
     assert seen["committed"] == (2, "changed in an open transaction", False)
+    # a closed store opens no connection for a thread that reads late: it says it is closed
+    late: list[BaseException] = []
+    t = threading.Thread(target=lambda: late.extend(_raised(owner.store.count)))
+    t.start()
+    t.join()
+    assert len(late) == 1 and "is closed" in str(late[0])
+
+
+def _raised(call) -> list[BaseException]:  # noqa: ANN001
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - returned for the assertion
+        return [e]
+    return []
 
 
 def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import uuid
@@ -80,6 +81,7 @@ class Store:
         self._local = threading.local()
         self._readers: dict[threading.Thread, sqlite3.Connection] = {}
         self._readers_lock = threading.Lock()
+        self._closed = False
         if self.get_meta("cites_table") is None:
             self._backfill_cites()
         # the store's identity: derived indexes carry it, so one built from another store is known
@@ -99,6 +101,7 @@ class Store:
 
     def close(self) -> None:
         with self._readers_lock:
+            self._closed = True
             for c in self._readers.values():
                 c.close()
             self._readers.clear()
@@ -106,16 +109,19 @@ class Store:
 
     def _read(self) -> sqlite3.Connection:
         """This thread's read connection (autocommit: each statement sees what was committed when
-        it began); those of threads that have ended are closed as new ones open."""
+        it began); those of threads that have ended are closed as new ones open. A forked child
+        opens its own (SQLite connections must not cross a fork)."""
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if c is None:
-            c = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60)
-            c.execute("PRAGMA query_only=1")
+        if c is None or self._local.pid != os.getpid():
             with self._readers_lock:
+                if self._closed:
+                    raise EngineError(f"the store {self.path} is closed")
+                c = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60)
+                c.execute("PRAGMA query_only=1")
                 for gone in [t for t in self._readers if not t.is_alive()]:
                     self._readers.pop(gone).close()
                 self._readers[threading.current_thread()] = c
-            self._local.conn = c
+            self._local.conn, self._local.pid = c, os.getpid()
         return c
 
     @contextmanager
