@@ -296,7 +296,7 @@ def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None)
     def into_store(store: Store, docs: list[Document]) -> None:
         analyzer = default_analyzer()  # as the engine would: refused when the index has another lexicon
         check_lexicon(store.get_meta("lexicon"), analyzer, target)
-        enc = HdcEncoder(analyzer, ngrams=store.hdc_options()["ngrams"])
+        enc = HdcEncoder(analyzer, **store.hdc_options())
         store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs], only_missing=True)
 
     return _derive_at(target, ids, index, "codes", through_engine, into_store)

@@ -48,11 +48,18 @@ def bit_counts(vectors: np.ndarray) -> np.ndarray:
     return np.unpackbits(vectors, axis=1).sum(axis=0, dtype=np.int32)
 
 
-def majority(counts: np.ndarray, n: int) -> np.ndarray:
-    """Packed majority vector from per-bit counts over n inputs; ties take TIE_BREAK's bit."""
+def majority(counts: np.ndarray, n: int, tie: str | None = None) -> np.ndarray:
+    """Packed majority vector from per-bit counts over n inputs; ties take the bits of
+    random_hv(tie), or TIE_BREAK's when no `tie` key is given."""
     twice = 2 * counts
-    bits = (twice > n) | ((twice == n) & _TIE_BITS)
+    tie_bits = _TIE_BITS if tie is None or n % 2 else _bits(tie)
+    bits = (twice > n) | ((twice == n) & tie_bits)
     return np.packbits(bits)
+
+
+def _bits(key: str) -> np.ndarray:
+    """random_hv(key) as 4096 booleans, not cached (tie keys are one per bundle)."""
+    return np.unpackbits(np.frombuffer(_hv_bytes.__wrapped__(key), dtype=np.uint8)).astype(bool)
 
 
 def bundle(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:

@@ -7,10 +7,12 @@ its character 3-grams ("#godel#" -> "#go", "god", ...), so spelling and notation
 close together. An empty field has no code; it never matches anything, not even another empty
 field.
 
-Ties in a bundle of an even number of tokens go to the one fixed tie-break vector, so two short
-even bundles agree on their tied bits: two unrelated 2-token fields have similarity about 0.625,
-4-token ones about 0.57, 10-token ones about 0.53. The 0.50 of the scoring formula does not remove
-that part; odd bundles have no ties.
+Ties in a bundle of an even number of tokens (`ties="content"`, the default) take the bits of a
+random vector keyed by the bundle's own tokens, so unrelated bundles agree on about half their
+tied bits, as on the others: their similarity is about 0.50, which the scoring formula's 0.50
+removes, and equal token sets still give equal codes. Indexes encoded before kept `ties="fixed"`:
+one tie-break vector for every bundle, so two unrelated 2-token fields have similarity about 0.625
+(4 tokens: 0.57, 10: 0.53). Odd bundles have no ties.
 
 Scoring: fieldScore = max(0, (sim - 0.5) * 2); final = sum(w_f * fieldScore_f) / sum(w_f) over the
 fields present on both sides (default weights topic 0.35, claim 0.35, role 0.20, acts 0.10).
@@ -60,10 +62,16 @@ def combine(sims: Mapping[str, float], weights: HdcWeights) -> float:
     return sum(getattr(weights, f) * field_score(s) for f, s in sims.items()) / total
 
 
+TIES = ("content", "fixed")  # how a bundle breaks ties; "fixed" is that of indexes encoded before
+
+
 class HdcEncoder:
-    def __init__(self, analyzer: Analyzer | None = None, *, ngrams: bool = False) -> None:
+    def __init__(self, analyzer: Analyzer | None = None, *, ngrams: bool = False, ties: str = "content") -> None:
+        if ties not in TIES:
+            raise ValueError(f"ties {ties!r}; valid: {', '.join(TIES)}")
         self.analyzer = analyzer or default_analyzer()
         self.ngrams = ngrams
+        self.ties = ties
         self._keys = {f: random_hv(f"field:{f}") for f in FIELDS}
         self._key_bits = {f: np.unpackbits(k).astype(bool) for f, k in self._keys.items()}
         self._token_cache: dict[str, bytes] = {}
@@ -74,7 +82,8 @@ class HdcEncoder:
             padded = f"#{token}#"
             grams = [padded[i:i + 3] for i in range(max(len(padded) - 2, 1))]
             mat = np.frombuffer(b"".join(_hv_bytes("gram:" + g) for g in grams), dtype=np.uint8)
-            value = majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams)).tobytes()
+            tie = "tie:#" + token if self.ties == "content" else None
+            value = majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams), tie).tobytes()
         else:
             value = _hv_bytes("tok:" + token)
         if len(self._token_cache) > 500_000:
@@ -93,7 +102,8 @@ class HdcEncoder:
         n = len(distinct)
         # binding flips the bits where the key is 1, so the vote counts flip there too
         counts = np.where(self._key_bits[field], n - counts, counts)
-        return majority(counts, n)
+        tie = "tie:" + "\x1f".join(sorted(distinct)) if self.ties == "content" and n % 2 == 0 else None
+        return majority(counts, n, tie)
 
     def encode_document(self, doc: Document) -> dict[str, np.ndarray]:
         out = {}

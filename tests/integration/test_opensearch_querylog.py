@@ -113,3 +113,21 @@ def test_a_forked_child_logs_through_connections_of_its_own(opensearch_url) -> N
     assert sorted(h["_source"]["query"] for h in got["hits"]["hits"]) == ["child", "parent after", "parent before"]
     sink.client.indices.delete(index="hybridsearch-queries-2026.01.02")
     sink.close()
+
+
+def test_an_opensearch_index_keeps_the_hdc_ties_it_was_encoded_with(opensearch_index) -> None:
+    """A new index records content ties in its metadata; one whose metadata predates the choice
+    (no `ties`) is read with the fixed tie vector its codes were encoded with."""
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+
+    engine = opensearch_index
+    engine.ensure_index()
+    assert engine.hdc_encoder().ties == "content"
+    concrete = f"{engine.index}-v1"
+    meta = engine.client.indices.get_mapping(index=concrete)[concrete]["mappings"]["_meta"]
+    assert meta["hybridsearch"]["hdc"] == {"ngrams": False, "ties": "content"}
+    meta["hybridsearch"]["hdc"] = {"ngrams": False}  # as an index made before stored it
+    engine.client.indices.put_mapping(index=concrete, body={"_meta": meta})
+    again = OpenSearchEngine(engine.raw_url, index=engine.index)
+    assert again.hdc_encoder().ties == "fixed"
+    again.close()

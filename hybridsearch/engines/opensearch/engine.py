@@ -211,7 +211,8 @@ class OpenSearchEngine:
             apply_chunk_templates(self.client, self.index, self.knn_engine)
             first, made = f"{self.index}-v1", False
             if not self.client.indices.exists(index=first):
-                meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": {"ngrams": DEFAULT_HDC_NGRAMS},
+                meta = {"hybridsearch": {"index": self.index, "version": 1,
+                                         "hdc": {"ngrams": DEFAULT_HDC_NGRAMS, "ties": "content"},
                                          "lexicon": self.analyzer.lexicon.fingerprint}}
                 try:
                     self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
@@ -818,9 +819,10 @@ class OpenSearchEngine:
         if self._hdc_encoder is None:
             with self._errors("read metadata"):
                 exists = self.client.indices.exists_alias(name=self.index)
-            meta = self._index_meta() if exists else {}
-            stored = bool(meta.get("hdc", {}).get("ngrams", DEFAULT_HDC_NGRAMS))
-            self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=stored)
+            hdc = (self._index_meta() if exists else {}).get("hdc", {})
+            # an index whose options predate `ties` breaks ties with the fixed vector it was encoded with
+            self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=bool(hdc.get("ngrams", DEFAULT_HDC_NGRAMS)),
+                                           ties=hdc.get("ties", "fixed" if exists else "content"))
         if ngrams is not None and ngrams != self._hdc_encoder.ngrams:
             raise QueryError(f"this index encodes HDC with ngrams={self._hdc_encoder.ngrams}; "
                              "rebuild it to change that")
