@@ -51,6 +51,8 @@ class Lexicon:
 
     def __init__(self, entries: dict[str, str]) -> None:
         self.entries = entries
+        # the regex ignores case by Unicode folding ("ς" matches "σ"): matches are looked up folded
+        self._folded = {v.casefold(): c for v, c in entries.items()}
         if entries:
             alternatives = sorted(entries, key=len, reverse=True)
             body = "|".join(re.escape(v) for v in alternatives)
@@ -70,24 +72,30 @@ class Lexicon:
             texts.append((_DEFAULT_LEXICON, ref.read_text(encoding="utf-8")))
         for p in paths:
             try:
-                texts.append((str(p), Path(p).read_text(encoding="utf-8")))
+                texts.append((str(p), Path(p).read_text(encoding="utf-8-sig")))  # a BOM is not text
             except OSError as e:
                 raise ConfigError(f"cannot read lexicon {p}: {e.strerror}") from e
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"lexicon {p}: not UTF-8 (byte {e.start}: {e.reason})") from e
         entries: dict[str, str] = {}
+        where: dict[str, str] = {}  # variant -> the file:line that made it one
         for name, text in texts:
             for lineno, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue
                 canonical, sep, variants = line.partition("=")
-                canonical = canonical.strip().lower()
+                canonical = _generic(canonical.strip()).lower()  # spelt as the text it replaces is
                 if not sep or not canonical or not variants.strip():
                     raise ConfigError(f"{name}:{lineno}: expected 'canonical = variant | variant'")
                 for v in variants.split("|"):
                     v = _generic(v.strip()).lower()
                     if v and v != canonical:
-                        entries[v] = canonical
-        return cls(entries)
+                        if entries.get(v, canonical) != canonical:
+                            raise ConfigError(f"{name}:{lineno}: {v!r} is a variant of {entries[v]!r} already "
+                                              f"({where[v]}); a variant has one canonical form")
+                        entries[v], where[v] = canonical, f"{name}:{lineno}"
+        return cls(_chained(entries, where))
 
     @classmethod
     def from_env(cls) -> Lexicon:
@@ -107,16 +115,34 @@ class Lexicon:
         low = text.lower()
         if not any(a in low for a in self._anchors):
             return text
-        return self._regex.sub(lambda m: self.entries[m.group(0).lower()], text)
+        return self._regex.sub(lambda m: self._folded.get(m.group(0).casefold(), m.group(0)), text)
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, canonical) of each variant in a pre-normalised text."""
         if self._regex is None:
             return []
-        return [(m.start(), m.end(), self.entries[m.group(0).lower()]) for m in self._regex.finditer(text)]
+        return [(m.start(), m.end(), c) for m in self._regex.finditer(text)
+                if (c := self._folded.get(m.group(0).casefold())) is not None]
 
     def variants_of(self, canonical: str) -> list[str]:
         return sorted(v for v, c in self.entries.items() if c == canonical)
+
+
+def _chained(entries: dict[str, str], where: dict[str, str]) -> dict[str, str]:
+    """Entries whose canonical form is itself a variant (`a = foo`, `foo = bar`) go to the end of
+    the chain (bar -> a), so that every variant meets in one token and normalising is idempotent;
+    a cycle is an error naming its lines."""
+    out = {}
+    for v, c in entries.items():
+        seen = [v]
+        while c in entries:
+            if c in seen:
+                raise ConfigError(f"lexicon entries form a cycle: {' -> '.join(seen + [c])} "
+                                  f"({', '.join(where[x] for x in seen)})")
+            seen.append(c)
+            c = entries[c]
+        out[v] = c
+    return out
 
 
 def prenormalize(text: str) -> str:

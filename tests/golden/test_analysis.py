@@ -69,3 +69,30 @@ def test_bad_lexicon_line_names_file_and_line(tmp_path) -> None:
     bad.write_text("ok = fine\nno equals sign here\n")
     with pytest.raises(ConfigError, match=r"bad.txt:2"):
         Lexicon.load([bad])
+
+
+def test_user_lexicons_as_people_write_them(tmp_path) -> None:
+    """A BOM, a canonical form spelt with diacritics, a chain of entries, Greek letters whose case
+    folding differs: each either works or is one error naming the file and line, never a
+    traceback mid-ingest."""
+    from hybridsearch.errors import ConfigError
+
+    f = tmp_path / "mine.txt"
+    f.write_bytes("\ufeff# saved by an editor that writes a BOM\nGödel = Goedel | Kurt-Goedel\n".encode())
+    a = Analyzer(Lexicon.load([f], include_default=False))
+    assert a.analyze("Gödel") == a.analyze("Goedel") == a.analyze("Kurt-Goedel") == ["godel"]
+    f.write_text("a1 = foo\nfoo = bar\n")  # bar means foo, which means a1: all three meet
+    lex = Lexicon.load([f], include_default=False)
+    assert Analyzer(lex).analyze("a1 foo bar") == ["a1", "a1", "a1"]
+    f.write_text("sigmaalg = σ-algebra\n")
+    a = Analyzer(Lexicon.load([f], include_default=False))
+    assert a.analyze("a σ-algebra and a ς-algebra") == ["sigmaalg", "sigmaalg"]
+    f.write_text("x = foo\ny = foo\n")
+    with pytest.raises(ConfigError, match=r"mine.txt:2: 'foo' is a variant of 'x' already \(.*mine.txt:1\)"):
+        Lexicon.load([f], include_default=False)
+    f.write_text("a = b\nb = a\n")
+    with pytest.raises(ConfigError, match="lexicon entries form a cycle"):
+        Lexicon.load([f], include_default=False)
+    f.write_bytes(b"godel = G\xf6del\n")
+    with pytest.raises(ConfigError, match=r"mine.txt: not UTF-8 \(byte 9"):
+        Lexicon.load([f], include_default=False)
