@@ -12,7 +12,8 @@ ingest and as the workers' `graph` job.
 - PageRank: damping `graph_damping` (0.85), uniform teleport, the rank of dangling nodes spread
   over all nodes, power iteration until the L1 change is below 1e-12; the values sum to 1.
 - Authority: ln(N*pr) / ln(N*p99), clipped to [0, 1], where N*pr is a work's rank relative to the
-  average node and p99 the 99th percentile of the indexed works' PageRank: 0 at or below the
+  average node and p99 the 99th percentile of the indexed works' PageRank (their maximum when
+  the 99th percentile is not above the average: at most 1 % stand out): 0 at or below the
   average, 1 from the 99th percentile up, so a few much-cited works cannot outweigh the rest
   (the RFC's "cap authority").
 """
@@ -73,6 +74,8 @@ def authority(pr: np.ndarray, indexed: np.ndarray) -> np.ndarray:
     if n == 0 or not indexed.any():
         return np.zeros(n)
     cap = np.log(n * np.quantile(pr[indexed], CAP_QUANTILE))
+    if cap <= 1e-9:  # at most 1 % stand above the average (a few classics, most works uncited): cap at the top
+        cap = np.log(n * pr[indexed].max())
     if cap <= 1e-9:  # no work stands out (no citations, or all alike)
         return np.zeros(n)
     return np.clip(np.log(np.maximum(n * pr, 1e-300)) / cap, 0.0, 1.0).astype(np.float32).astype(np.float64)
@@ -81,7 +84,7 @@ def authority(pr: np.ndarray, indexed: np.ndarray) -> np.ndarray:
 def links_hash(links: Sequence[WorkLinks], damping: float, cocited_max: int) -> str:
     """What a build depends on: every work's links and date, and the parameters."""
     h = hashlib.sha256(json.dumps({"damping": damping, "cocited_max": cocited_max, "cap": CAP_QUANTILE,
-                                   "authority": "float32"}).encode())
+                                   "authority": "float32", "cap_fallback": "max"}).encode())
     for w in links:
         h.update(json.dumps([w.work_id, w.ym, sorted(w.cites)]).encode())
     return h.hexdigest()[:32]

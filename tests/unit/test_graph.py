@@ -84,6 +84,17 @@ def test_authority_is_capped_and_log_scaled() -> None:
     assert (s.edges, s.dangling) == (0, 2) and works["p"].authority == 0.0 and works["p"].pagerank == 0.5
 
 
+def test_a_hub_in_a_mostly_uncited_corpus_has_authority() -> None:
+    """300 works, 100 citing one classic: its PageRank is 67 times the average, but the 99th
+    percentile is the average (under 1 % stand out), so the cap falls to the top work instead of
+    giving every work 0."""
+    links = [WorkLinks("hub", None, ())] + [WorkLinks(f"w{i:03d}", None, ("hub",) if i < 100 else ())
+                                             for i in range(300)]
+    works, _ = build(links)
+    assert works["hub"].authority == 1.0 and works["hub"].pagerank > 50 / 301
+    assert all(works[f"w{i:03d}"].authority == 0.0 for i in range(300))
+
+
 def test_links_hash_covers_input_and_parameters() -> None:
     base = [WorkLinks("a", 190001, ("b", "c")), WorkLinks("b", None, ())]
     h = links_hash(base, 0.85, 20)
