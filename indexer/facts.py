@@ -90,10 +90,14 @@ def _claim_facts(sentence: str, title: str) -> list[Fact]:
     out: list[Fact] = []
     for pattern, relation in _CLAIM:
         for m in pattern.finditer(sentence):
-            before = [w.lower() for w in sentence[:m.start()].split()[-3:]]
-            if _NEGATIONS.intersection(before):
-                continue  # "pairwise independence does not (necessarily) imply ..." states no fact
+            # "does not (necessarily) imply", "doesn't imply", "does not, in general, imply",
+            # "can't imply": a negated claim states no fact
+            before = re.findall(r"[\w']+", sentence[:m.start()].lower().replace("\u2019", "'"))[-6:]
+            if _NEGATIONS.intersection(before) or any(w.endswith("n't") for w in before):
+                continue
             subject = _phrase(sentence[:m.start()], backwards=True)
+            if not subject and sentence[:m.start()].strip():
+                continue  # the subject was cut away ("..., which implies"): no fact rather than the title's
             if subject.lower() in _SELF or not subject:
                 subject = title
             _add(out, subject, relation, _phrase(sentence[m.end():]))

@@ -42,13 +42,18 @@ def test_facts_from_conditions_procedures_claims_and_metadata() -> None:
                      text="Euler's theorem generalizes Fermat's little theorem to composite moduli. "
                           "The proof applies Lagrange's theorem to the group of units. "
                           "Pairwise independence does not imply mutual independence. "
-                          "Convergence in measure does not necessarily imply pointwise convergence.",
+                          "Convergence in measure does not necessarily imply pointwise convergence. "
+                          "Pairwise independence doesn't imply mutual independence. "
+                          "Weak convergence can’t imply strong convergence. "
+                          "Pairwise independence does not, in general, imply mutual independence. "
+                          "Euler's theorem is classical, which implies nothing about its proof.",
                      procedure="Compute the totient of n; then apply the Chinese remainder theorem.")
     assert {str(f) for f in facts_of(euler)} == {
         "Euler's theorem generalizes Fermat's little theorem",
         "Euler's theorem uses Lagrange's theorem",  # "the proof" stands for the unit's topic
         "Euler's theorem uses totient of n",
-        "Euler's theorem uses Chinese remainder theorem"}  # a negated claim states no fact
+        "Euler's theorem uses Chinese remainder theorem"}  # a negated claim states no fact, nor
+    # one whose subject a comma cut away (it is not the unit's own)
     # notation and inflection variants meet in one key
     assert node_key("C*-algebras") == node_key("C-star algebra")
     assert names(node_key("Urysohn's lemma"), node_key("Urysohn lemma repeatedly"))
