@@ -86,6 +86,9 @@ def expand(cands: Candidates, query: str, engine: Any, filters: Filters | None, 
         for phrase in (p for f in facts.get(seed, ()) for p in (f.subject, f.object)):
             if len(node_key(phrase)) >= 2 and node_key(phrase) <= asked:
                 _reach(nodes, _Node(phrase, 0, s, ()))
+    if len(nodes) > config.max_nodes:  # the seeds' phrases count too
+        diag["truncated"] = f"node limit {config.max_nodes} reached"
+        nodes = dict(sorted(nodes.items(), key=lambda kv: (-kv[1].weight, kv[1].phrase))[:config.max_nodes])
     frontier = set(nodes)
     scores: dict[str, float] = {}
     via: dict[str, str] = {}
@@ -107,13 +110,24 @@ def expand(cands: Candidates, query: str, engine: Any, filters: Filters | None, 
         unread = [i for i in rl.ids if i not in docs]
         if unread:
             docs.update(reader.get(unread))
+        titles: dict[Key, _Node] = {}  # a unit a phrase names goes on under its own title, which its facts use
         for uid in rl.ids:
             title = node_key(docs[uid].title) if uid in docs else frozenset()
             for key, node in new:
-                if names(title, key) and node.weight > scores.get(uid, 0.0):
+                if not names(title, key):
+                    continue
+                if node.weight > scores.get(uid, 0.0):
                     scores[uid], via[uid] = node.weight, node.explain()
+                if title not in nodes and (title not in titles or node.weight > titles[title].weight):
+                    titles[title] = _Node(docs[uid].title, hop, node.weight, node.chain)
         facts.update({u: facts_of(docs[u]) for u in scores if u not in facts and u in docs})
-        frontier = {key for key, _ in new}
+        named = sorted(titles.items(), key=lambda kv: (-kv[1].weight, kv[1].phrase))
+        room = max(0, config.max_nodes - len(nodes))
+        if len(named) > room:
+            diag["truncated"] = f"node limit {config.max_nodes} reached"
+            named = named[:room]
+        nodes.update(named)
+        frontier = {key for key, _ in new} | {key for key, _ in named}
         if _over(t0, config, diag):
             break
     reached = sorted((n for n in nodes.values() if n.hop > 0), key=lambda n: (-n.weight, n.phrase))

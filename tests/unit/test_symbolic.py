@@ -136,3 +136,42 @@ def test_closure_never_reaches_a_unit_the_caller_may_not_see(searcher) -> None:
     assert "complement of an open subset" not in terms and "topological space" in terms
     seen = searcher.search(QUERY, "kb-thinkingdb", rights={"restricted"})
     assert "complement of an open subset" in {t["term"] for t in seen.diagnostics["stages"]["symbolic"]["terms"]}
+
+
+def test_a_unit_named_by_overlap_goes_on_under_its_own_title(tmp_path, encoder) -> None:
+    """"Urysohn lemma repeatedly" names the unit "Urysohn's lemma" by overlap; that unit's facts use
+    its own title, so the closure goes on from the title and reaches what the lemma requires, one
+    hop further (0.35 x 0.35)."""
+    from hybridsearch.engines.embedded import EmbeddedEngine
+
+    units = [
+        Document(id="tietze", title="Tietze extension theorem", text="Extends continuous functions.",
+                 metadata={"facts": [["Tietze extension theorem", "follows from", "Urysohn lemma repeatedly"]]}),
+        Document(id="urysohn", title="Urysohn's lemma", text="Separates closed sets by functions.",
+                 metadata={"facts": [["Urysohn's lemma", "requires", "normal space"]]}),
+        Document(id="normal", title="Normal space", text="Disjoint closed sets have disjoint neighbourhoods."),
+    ]
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        engine.write(units, encoder.encode([d.dense_text for d in units]))
+        s = Searcher(engine, encoder=encoder)
+        res = s.search("Tietze extension theorem", "kb-thinkingdb", overrides={"symbolic.depth": 3})
+        s.close()
+    hits = {h.id: h for h in res.hits}
+    assert hits["urysohn"].components["citation"] == pytest.approx(0.35)
+    assert hits["normal"].components["citation"] == pytest.approx(0.35 ** 2)
+    assert hits["normal"].via.startswith("Tietze extension theorem follows from Urysohn lemma repeatedly; "
+                                         "Urysohn's lemma requires normal space")
+
+
+def test_the_seeds_own_phrases_count_against_the_node_limit(tmp_path, encoder) -> None:
+    from hybridsearch.engines.embedded import EmbeddedEngine
+
+    facts = [["Big theorem", "uses", f"lemma number {i} of big theorem"] for i in range(60)]
+    unit = Document(id="big", title="Big theorem", text="A theorem with many lemmas.", metadata={"facts": facts})
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        engine.write([unit], encoder.encode([unit.dense_text]))
+        s = Searcher(engine, encoder=encoder)
+        query = "big theorem lemma number " + " ".join(str(i) for i in range(60))
+        stage = s.search(query, "kb-thinkingdb", overrides={"symbolic.max_nodes": 5}).diagnostics["stages"]["symbolic"]
+        s.close()
+    assert stage["nodes"] == 5 and stage["truncated"] == "node limit 5 reached"
