@@ -87,7 +87,7 @@ def links_hash(links: Sequence[WorkLinks], damping: float, cocited_max: int) -> 
     h = hashlib.sha256(json.dumps({"damping": damping, "cocited_max": cocited_max, "cap": CAP_QUANTILE,
                                    "authority": "float32", "cap_fallback": "max"}).encode())
     for w in links:
-        h.update(json.dumps([w.work_id, w.ym, sorted(w.cites)]).encode())
+        h.update(json.dumps([w.work_id, w.ym, sorted(w.cites)] + ([sorted(w.chunks)] if w.chunks else [])).encode())
     return h.hexdigest()[:32]
 
 
@@ -100,13 +100,14 @@ def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_m
     cocited_max = s.graph_cocited_max if cocited_max is None else cocited_max
     works = sorted({w.work_id for w in links})
     node = {w: i for i, w in enumerate(works)}
+    chunk_of = {c: node[w.work_id] for w in links for c in w.chunks}  # chunk ids that do not name their work
     ym = {w.work_id: w.ym for w in links}
     pairs: set[tuple[int, int]] = set()
     names = list(works)
     for w in links:
         a = node[w.work_id]
         for target in w.cites:
-            t = _resolve(target, node)
+            t = _resolve(target, node, chunk_of)
             if t is None:
                 node[target] = t = len(names)
                 names.append(target)
@@ -142,10 +143,12 @@ def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_m
     return out, summary
 
 
-def _resolve(target: str, node: Mapping[str, int]) -> int | None:
-    """The node a cited id names: a work, or the work of a chunk id `work#n`."""
+def _resolve(target: str, node: Mapping[str, int], chunk_of: Mapping[str, int]) -> int | None:
+    """The node a cited id names: a work, the work of one of its chunks, or that of `work#n`."""
     if target in node:
         return node[target]
+    if target in chunk_of:
+        return chunk_of[target]
     work, sep, _ = target.rpartition("#")
     return node.get(work) if sep else None
 

@@ -220,6 +220,8 @@ def load_links(path: Path) -> dict[str, list[str]]:
         if len(parts) != 2:
             raise ValidationError("expected two tab-separated ids", source=str(path), line=lineno)
         a, b = parts[0].strip(), parts[1].strip()
+        if not a or not b:
+            raise ValidationError("an empty id: expected two tab-separated ids", source=str(path), line=lineno)
         out.setdefault(a, []).append(b)
         out.setdefault(b, []).append(a)
     return out

@@ -83,14 +83,21 @@ class Neighbors:
     authority: float | None = None
 
 
+def names_its_work(chunk_id: str, work_id: str) -> bool:
+    """Whether a chunk's id names its work by itself: the work id, or `<work>#<n>`."""
+    return chunk_id == work_id or chunk_id.rpartition("#")[0] == work_id
+
+
 @dataclass(frozen=True, slots=True)
 class WorkLinks:
-    """What the graph is built from, per work: the union of its chunks' `cites`, and its date as
-    year*100+month (None when undated)."""
+    """What the graph is built from, per work: the union of its chunks' `cites`, its date as
+    year*100+month (None when undated), and the ids of its chunks that do not name it by
+    themselves (neither the work id nor `<work>#<n>`), so that citing one stands for the work."""
 
     work_id: str
     ym: int | None
     cites: tuple[str, ...]
+    chunks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -358,6 +358,16 @@ def test_citation_graph(engine) -> None:
     engine.delete(["b#1"])
     summary, built = update_graph(engine)
     assert built and summary.works == 4 and summary.edges == 5
+    # a chunk whose id does not name its work (neither the work id nor work#n) stands for its work
+    # when cited: it is not a missing target
+    engine.write([Document(id="p1", work_id="W1", title="Part one", text="x"),
+                  Document(id="p2", work_id="W1", title="Part two", text="y"),
+                  Document(id="e", title="Citing a part", text="z", cites=["p1"])])
+    assert WorkLinks("W1", None, (), ("p1", "p2")) in engine.citation_links()
+    summary, built = update_graph(engine)
+    assert built and summary.missing == 1  # not-indexed, as before; p1 is W1
+    assert engine.neighbors(["p2", "e"]) == {"p2": engine.neighbors(["p1"])["p1"], "e": engine.neighbors(["e"])["e"]}
+    assert engine.neighbors(["p1"])["p1"].cited_by == ("e",) and engine.neighbors(["e"])["e"].cites == ("W1",)
     nb = engine.neighbors(["a", "b", "d"])
     assert nb["a"].cocited == ("b",) and nb["b"].cocited == ("a",) and nb["d"].cocited == ()
     assert nb["b"].cited_by == ("a", "c", "d")

@@ -111,6 +111,10 @@ def test_beir_links_become_citations(tmp_path) -> None:
     _write(tmp_path / "links.tsv", ["pid1\tpid2"])
     docs = {d.id: d for d in BeirLoader().load(tmp_path, LoadReport())}
     assert docs["pid1"].cites == ["pid2"] and docs["pid2"].cites == ["pid1"]
+    # an empty id would become a missing work named "": one error naming the line
+    _write(tmp_path / "links.tsv", ["pid1\tpid2", "pid1\t "])
+    with pytest.raises(ValidationError, match=r"links.tsv:2: an empty id"):
+        list(BeirLoader().load(tmp_path, LoadReport()))
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks
+from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks, names_its_work
 from hybridsearch.errors import EngineError, ValidationError
 from hybridsearch.models import Document, Filters
 
@@ -266,7 +266,11 @@ class Store:
         for work, target in self._read().execute("SELECT DISTINCT c.work_id, cc.target FROM chunk_cites cc"
                                               " JOIN chunks c ON c.label = cc.label ORDER BY 1, 2"):
             cites.setdefault(work, []).append(target)
-        return [WorkLinks(w, ym, tuple(cites.get(w, ()))) for w, ym in
+        chunks: dict[str, list[str]] = {}
+        for work, chunk in self._read().execute("SELECT work_id, id FROM chunks ORDER BY 1, 2"):
+            if not names_its_work(chunk, work):
+                chunks.setdefault(work, []).append(chunk)
+        return [WorkLinks(w, ym, tuple(cites.get(w, ())), tuple(chunks.get(w, ()))) for w, ym in
                 self._read().execute("SELECT work_id, min(ym) FROM chunks GROUP BY work_id ORDER BY work_id")]
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:

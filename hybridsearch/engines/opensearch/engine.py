@@ -40,6 +40,7 @@ from hybridsearch.engines import (
     check_query_codes,
     check_query_vector,
     check_vectors,
+    names_its_work,
 )
 from hybridsearch.engines.embedded.store import DEFAULT_HDC_NGRAMS, HDC_FIELDS, hash_text
 from hybridsearch.engines.opensearch import queries as Q
@@ -852,12 +853,16 @@ class OpenSearchEngine:
 
     def citation_links(self) -> list[WorkLinks]:
         works: dict[str, tuple[int | None, set[str]]] = {}
-        for _, s in self._scan({"match_all": {}}, ["work_id", "ym", "cites"]):
+        chunks: dict[str, list[str]] = {}
+        for chunk, s in self._scan({"match_all": {}}, ["work_id", "ym", "cites"]):
             ym, cites = works.setdefault(s["work_id"], (s.get("ym"), set()))
             cites.update(s.get("cites", []))
             if s.get("ym") is not None and (ym is None or s["ym"] < ym):
                 works[s["work_id"]] = (s["ym"], cites)
-        return [WorkLinks(w, ym, tuple(sorted(c))) for w, (ym, c) in sorted(works.items())]
+            if not names_its_work(chunk, s["work_id"]):
+                chunks.setdefault(s["work_id"], []).append(chunk)
+        return [WorkLinks(w, ym, tuple(sorted(c)), tuple(sorted(chunks.get(w, ())))) for w, (ym, c) in
+                sorted(works.items())]
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
         """Write each chunk's `graph` (a partial update of every chunk; an unchanged one is a noop),
