@@ -6,7 +6,8 @@ ingest and as the workers' `graph` job.
   indexed is kept as a missing node (it cites nothing we know, so it is dangling) and counted,
   never dropped. Self-citations are dropped.
 - Edges point from citing to cited. A pair citing each other (what an undirected `links.tsv` pair
-  becomes) between dated works of different dates keeps only newer -> older; otherwise both stay.
+  becomes) between dated works of different dates keeps only newer -> older; otherwise both stay
+  (a date that is a year alone is compared by year: 2001 and 2001-06 are not ordered).
 - Co-citation: the works cited together with a work by the same citing work, most such citers
   first, at most `graph_cocited_max` (missing nodes are not listed: they cannot be retrieved).
 - PageRank: damping `graph_damping` (0.85), uniform teleport, the rank of dangling nodes spread
@@ -85,7 +86,8 @@ def authority(pr: np.ndarray, indexed: np.ndarray) -> np.ndarray:
 def links_hash(links: Sequence[WorkLinks], damping: float, cocited_max: int) -> str:
     """What a build depends on: every work's links and date, and the parameters."""
     h = hashlib.sha256(json.dumps({"damping": damping, "cocited_max": cocited_max, "cap": CAP_QUANTILE,
-                                   "authority": "float32", "cap_fallback": "max"}).encode())
+                                   "authority": "float32", "cap_fallback": "max", "year_alone": True,
+                                   "missing_chunk": "work"}).encode())
     for w in links:
         h.update(json.dumps([w.work_id, w.ym, sorted(w.cites)] + ([sorted(w.chunks)] if w.chunks else [])).encode())
     return h.hexdigest()[:32]
@@ -108,7 +110,8 @@ def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_m
         a = node[w.work_id]
         for target in w.cites:
             t = _resolve(target, node, chunk_of)
-            if t is None:
+            if t is None:  # a missing work; a missing `work#n` is the missing work `work`, whichever comes first
+                target = target.rpartition("#")[0] or target
                 node[target] = t = len(names)
                 names.append(target)
             if t != a:
@@ -117,6 +120,8 @@ def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_m
     for a, b in list(pairs):
         if a < b and (b, a) in pairs:
             ya, yb = ym.get(names[a]), ym.get(names[b])
+            if ya is not None and yb is not None and (ya % 100 == 0 or yb % 100 == 0):
+                ya, yb = ya // 100, yb // 100  # a year alone: the order within that year is unknown
             if ya is not None and yb is not None and ya != yb:
                 pairs.discard((a, b) if ya < yb else (b, a))  # the older one cannot cite the newer
                 oriented += 1

@@ -60,6 +60,17 @@ def test_links_oriented_by_date_and_missing_targets_kept() -> None:
     assert sum(w.pagerank or 0 for w in works.values()) < 1.0  # the missing node holds the rest
 
 
+def test_a_year_alone_orders_nothing_within_it_and_a_missing_chunk_is_its_work() -> None:
+    works, s = build([WorkLinks("june", 200106, ("year",)), WorkLinks("year", 200100, ("june",)),
+                      WorkLinks("later", 200200, ("year",)), WorkLinks("year2", 200200, ("later",))])
+    assert works["june"].cites == ("year",) and works["year"].cites == ("june",)  # 2001 vs 2001-06: both stay
+    assert s.oriented == 0
+    # a missing target cited as x#1 and as x is one missing work, in either order
+    for order in ((("a", ("x#1",)), ("b", ("x",))), (("a", ("x",)), ("b", ("x#1",)))):
+        works, s = build([WorkLinks(w, None, c) for w, c in order])
+        assert s.missing == 1 and works["a"].cites == works["b"].cites == ("x",)
+
+
 def test_cocitation_counts_and_limit() -> None:
     links = [WorkLinks("x", None, ("a", "b", "c", "gone")), WorkLinks("y", None, ("a", "b")),
              WorkLinks("z", None, ("a", "c")), WorkLinks("a", None, ()), WorkLinks("b", None, ()),
