@@ -128,6 +128,9 @@ class MiniLMEncoder:
         sorted by length (inside sentence-transformers) so that padding is minimal; a progress bar
         shows on long runs when `progress` is set. `query`: the texts are a query and its other
         phrasings, run on ONNX Runtime when there is a session (the first query makes it)."""
+        if isinstance(texts, str):  # a str is a sequence too: of one-character texts
+            raise ValueError("encode takes a list of texts, not one string: encode([text])")
+        texts = list(texts)  # a numpy array of strings has no truth value
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()

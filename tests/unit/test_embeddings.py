@@ -169,3 +169,14 @@ def test_the_export_is_shared_by_environments_with_the_same_model(tmp_path) -> N
 def test_runtime_is_validated() -> None:
     with pytest.raises(ConfigError, match="embedding runtime must be auto or torch; got 'gpu'"):
         MiniLMEncoder(runtime="gpu")  # type: ignore[arg-type]
+
+
+def test_one_string_is_refused_and_an_array_of_texts_is_read(encoder) -> None:
+    """A str is a sequence of one-character texts: encode("abc") gave three vectors."""
+    import numpy as np
+    import pytest
+
+    with pytest.raises(ValueError, match=r"not one string: encode\(\[text\]\)"):
+        encoder.encode("compact space")
+    got = encoder.encode(np.array(["compact space", "prime"]))
+    assert got.shape == (2, 384) and np.allclose(got, encoder.encode(["compact space", "prime"]), atol=1e-6)
