@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -33,6 +34,7 @@ from scipy import sparse
 from hybridsearch.config import get_settings
 from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks
 
+_log = logging.getLogger("hybridsearch.graph")
 TOLERANCE = 1e-12
 MAX_ROUNDS = 1000
 CAP_QUANTILE = 0.99
@@ -65,6 +67,9 @@ def pagerank(n: int, src: np.ndarray, dst: np.ndarray, damping: float = 0.85) ->
         pr = nxt
         if change < TOLERANCE:
             break
+    else:  # damping near 1 converges slowly: say so rather than pass an unfinished rank as final
+        _log.warning("PageRank did not converge in %d rounds (damping %s; L1 change %.1e): the ranks are "
+                     "approximate; a lower HYBRIDSEARCH_GRAPH_DAMPING converges faster", MAX_ROUNDS, damping, change)
     return pr
 
 

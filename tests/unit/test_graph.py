@@ -16,6 +16,14 @@ def ranks(edges: list[tuple[int, int]], n: int, damping: float = 0.85) -> np.nda
     return pagerank(n, arr[:, 0], arr[:, 1], damping)
 
 
+def test_pagerank_that_does_not_converge_says_so(caplog) -> None:
+    chain = [(i + 1, i) for i in range(2999)]
+    ranks(chain, 3000, damping=0.85)
+    assert "did not converge" not in caplog.text
+    ranks(chain, 3000, damping=0.999)
+    assert "PageRank did not converge in 1000 rounds (damping 0.999" in caplog.text
+
+
 def test_pagerank_known_values() -> None:
     # A->B, A->C, B->C, C->A: the solution of PR = 0.05 + 0.85 * (in-links' PR / out-degree)
     pr = ranks([(0, 1), (0, 2), (1, 2), (2, 0)], 3)
