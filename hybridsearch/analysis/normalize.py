@@ -20,8 +20,12 @@ _FOLD = str.maketrans({"ß": "ss", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 _TEX_WRAP = re.compile(r"\\(?:mathbb|mathrm|mathcal|mathbf|mathfrak|mathsf|mathit|operatorname"
                        r"|text|textrm|textbf|textit|emph)\s*\{([^{}]*)\}")
-_TEX_WORDS = re.compile(r"\\(ell|infty|alpha|beta|gamma|delta|epsilon|lambda|mu|pi|sigma|omega|zeta)\b")
-_SUPERSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\^(?:\{([A-Za-z0-9*]{1,3})\}|([A-Za-z0-9*]))")
+_TEX_WORDS = re.compile(r"\\(ell|infty|alpha|beta|gamma|delta|epsilon|lambda|mu|pi|sigma|omega|zeta|ast)"
+                        r"(?![A-Za-z])")
+# a TeX word as the text spells it: \ell is ℓ (which NFKC makes l), \ast is *
+_TEX_SPELT = {"ell": "l", "ast": "*"}
+_SYMBOLS = str.maketrans({"\u221e": "infty"})  # L^∞ is L^\infty
+_SUPERSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\^(?:\{([A-Za-z0-9*]{1,6})\}|([A-Za-z0-9*]))")
 _DEFAULT_LEXICON = "math_lexicon.txt"
 
 
@@ -36,9 +40,9 @@ def fold_diacritics(text: str) -> str:
 def _generic(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = _DASHES.sub("-", text).translate(_QUOTES)
-    text = fold_diacritics(text)
+    text = fold_diacritics(text).translate(_SYMBOLS)
     if "\\" in text:
-        text = _TEX_WORDS.sub(r"\1", _TEX_WRAP.sub(r"\1", text))
+        text = _TEX_WORDS.sub(lambda m: _TEX_SPELT.get(m.group(1), m.group(1)), _TEX_WRAP.sub(r"\1", text))
     if "$" in text:
         text = text.replace("$", "")
     if "^" in text:

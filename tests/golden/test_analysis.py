@@ -32,6 +32,10 @@ GOLDEN = [
     ("cells/ml p<0.05", ["cells/ml", "p<0.05"]),
     ("", []),
     ("the of and", []),
+    # the same TeX written several ways meets in one token
+    (r"$L^\infty$ $L^{\infty}$ L^∞", ["linfti", "linfti", "linfti"]),
+    (r"$\ell^2$ $\ell_2$ ℓ^2", ["l2", "l2", "l2"]),
+    (r"C^\ast-algebra", ["cstar-algebra", "cstar", "algebra"]),
     # Porter stems a lone "s" to nothing: no empty token
     ("'s s’s s", []),
     ("vitamin s-adenosyl", ["vitamin", "s-adenosyl", "adenosyl"]),
