@@ -70,8 +70,9 @@ class MultiEngine:
 
     def hdc_encoder(self) -> Any:
         encoders = [e.hdc_encoder() for e in self.engines.values()]
-        if len({enc.ngrams for enc in encoders}) > 1:
-            raise QueryError("the selected knowledge bases encode HDC differently (ngrams); search them apart")
+        if len({(enc.ngrams, enc.ties) for enc in encoders}) > 1:
+            raise QueryError("the selected knowledge bases encode HDC differently (ngrams, or the tie rule of an "
+                             "index built before it changed); search them apart, or rebuild the older one")
         return encoders[0]
 
     def _routed(self, method: str, ids: Sequence[str], *args: Any) -> dict[str, Any]:

@@ -107,3 +107,15 @@ def test_hdc_codes_are_searched_and_scored_across_knowledge_bases(kbs) -> None:
                 f"{kb}:{i}": v for i, v in local[f].items()}
     assert all(i.split(":", 1)[0] in kbs for f in codes for i in scores[f])
     s.close()
+
+
+def test_knowledge_bases_with_different_hdc_tie_rules_are_refused_together(kbs) -> None:
+    """An index encoded before the content tie rule keeps the fixed one; searched together with a
+    new one, one of them would be scored with a query encoded the other way."""
+    old = kbs["algebra"]
+    old.store.set_meta("hdc", {"ngrams": False})  # as an index made before the rule stored it
+    old._hdc_encoder = None
+    s = Searcher(kbs)
+    with pytest.raises(QueryError, match=r"encode HDC differently \(ngrams, or the tie rule"):
+        s.engine.hdc_encoder()
+    s.close()
