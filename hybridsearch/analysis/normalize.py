@@ -64,7 +64,7 @@ class Lexicon:
                 rf"(?<![\w*])(?:{body})(?=s?(?![\w*]))", re.IGNORECASE)
             # a match needs a variant as a substring of the lowered text: testing that first is much
             # cheaper than the regex scan, which then runs only on texts that may match
-            self._anchors = tuple(entries)
+            self._anchors = tuple(v.casefold() for v in entries)
         else:
             self._regex = None
 
@@ -93,9 +93,11 @@ class Lexicon:
                 if not sep or not canonical or not variants.strip():
                     raise ConfigError(f"{name}:{lineno}: expected 'canonical = variant | variant'")
                 for v in variants.split("|"):
-                    v = _generic(v.strip()).lower()
+                    v = _generic(v.strip()).casefold()  # as the regex compares: "ς" is "σ"
                     if v and v != canonical:
-                        if entries.get(v, canonical) != canonical:
+                        # a later file overrides an earlier one (a user's lexicon, the bundled one);
+                        # within one file a variant has one canonical form
+                        if entries.get(v, canonical) != canonical and where[v].rpartition(":")[0] == name:
                             raise ConfigError(f"{name}:{lineno}: {v!r} is a variant of {entries[v]!r} already "
                                               f"({where[v]}); a variant has one canonical form")
                         entries[v], where[v] = canonical, f"{name}:{lineno}"
@@ -116,7 +118,7 @@ class Lexicon:
     def apply(self, text: str) -> str:
         if self._regex is None:
             return text
-        low = text.lower()
+        low = text.casefold()
         if not any(a in low for a in self._anchors):
             return text
         return self._regex.sub(lambda m: self._folded.get(m.group(0).casefold(), m.group(0)), text)

@@ -91,6 +91,10 @@ def test_user_lexicons_as_people_write_them(tmp_path) -> None:
     f.write_text("sigmaalg = σ-algebra\n")
     a = Analyzer(Lexicon.load([f], include_default=False))
     assert a.analyze("a σ-algebra and a ς-algebra") == ["sigmaalg", "sigmaalg"]
+    assert a.analyze("a ς-algebra") == ["sigmaalg"]  # alone, too
+    # a user's file overrides the bundled lexicon; within one file a variant has one canonical form
+    f.write_text("lspace2 = L_2\n")
+    assert Analyzer(Lexicon.load([f])).analyze("L_2") == ["lspace2"]
     f.write_text("x = foo\ny = foo\n")
     with pytest.raises(ConfigError, match=r"mine.txt:2: 'foo' is a variant of 'x' already \(.*mine.txt:1\)"):
         Lexicon.load([f], include_default=False)
