@@ -90,16 +90,19 @@ def _claim_facts(sentence: str, title: str) -> list[Fact]:
     out: list[Fact] = []
     for pattern, relation in _CLAIM:
         for m in pattern.finditer(sentence):
-            # "does not (necessarily) imply", "doesn't imply", "does not, in general, imply",
-            # "can't imply": a negated claim states no fact
-            before = re.findall(r"[\w']+", sentence[:m.start()].lower().replace("\u2019", "'"))[-6:]
-            if _NEGATIONS.intersection(before) or any(w.endswith("n't") for w in before):
+            # the clause the verb is in: "Even when X is not compact, T requires Y" is T's claim
+            clause = re.split(r"[,;:()]", sentence[:m.start()])[-1]
+            words = re.findall(r"[\w']+", clause.lower().replace("\u2019", "'"))
+            # "does not (necessarily) imply", "doesn't imply", "can't imply": a negated claim states no fact
+            if _NEGATIONS.intersection(words[-6:]) or any(w.endswith("n't") for w in words[-6:]):
                 continue
             subject = _phrase(sentence[:m.start()], backwards=True)
-            if not subject and sentence[:m.start()].strip():
-                continue  # the subject was cut away ("..., which implies"): no fact rather than the title's
-            if subject.lower() in _SELF or not subject:
-                subject = title
+            if subject.lower() in _SELF or (words and all(w in _SELF or w in _DETERMINERS for w in words)):
+                subject = title  # "it", "this", "the proof": the unit itself
+            elif not subject and sentence[:m.start()].strip():
+                continue  # the subject was cut away ("..., which implies", "does not, in general, imply")
+            elif not subject:
+                subject = title  # the verb opens the sentence: "Requires a normal space."
             _add(out, subject, relation, _phrase(sentence[m.end():]))
     d = _DEFINITION.search(sentence)
     if title and d and node_key(sentence[:d.start()]) == node_key(title):

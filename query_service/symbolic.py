@@ -86,9 +86,11 @@ def expand(cands: Candidates, query: str, engine: Any, filters: Filters | None, 
         for phrase in (p for f in facts.get(seed, ()) for p in (f.subject, f.object)):
             if len(node_key(phrase)) >= 2 and node_key(phrase) <= asked:
                 _reach(nodes, _Node(phrase, 0, s, ()))
-    if len(nodes) > config.max_nodes:  # the seeds' phrases count too
+    if len(nodes) > config.max_nodes:  # the seeds' phrases count too; their titles go first
         diag["truncated"] = f"node limit {config.max_nodes} reached"
-        nodes = dict(sorted(nodes.items(), key=lambda kv: (-kv[1].weight, kv[1].phrase))[:config.max_nodes])
+        seed_titles = {node_key(d.title) for d in docs.values()}
+        nodes = dict(sorted(nodes.items(), key=lambda kv: (kv[0] not in seed_titles, -kv[1].weight, kv[1].phrase))
+                     [:config.max_nodes])
     frontier = set(nodes)
     scores: dict[str, float] = {}
     via: dict[str, str] = {}

@@ -54,6 +54,12 @@ def test_facts_from_conditions_procedures_claims_and_metadata() -> None:
         "Euler's theorem uses totient of n",
         "Euler's theorem uses Chinese remainder theorem"}  # a negated claim states no fact, nor
     # one whose subject a comma cut away (it is not the unit's own)
+    baire = Document(id="b", title="Baire space", text="This implies the Baire category theorem. "
+                     "Therefore, this requires the axiom of choice. "
+                     "Even when the space is not compact, Tychonoff's theorem requires choice.")
+    assert {str(f) for f in facts_of(baire)} == {  # a negation in an earlier clause is not the claim's
+        "Baire space implies Baire category theorem", "Baire space requires axiom of choice",
+        "Tychonoff's theorem requires choice"}
     # notation and inflection variants meet in one key
     assert node_key("C*-algebras") == node_key("C-star algebra")
     assert names(node_key("Urysohn's lemma"), node_key("Urysohn lemma repeatedly"))
