@@ -52,14 +52,16 @@ def majority(counts: np.ndarray, n: int, tie: str | None = None) -> np.ndarray:
     """Packed majority vector from per-bit counts over n inputs; ties take the bits of
     random_hv(tie), or TIE_BREAK's when no `tie` key is given."""
     twice = 2 * counts
-    tie_bits = _TIE_BITS if tie is None or n % 2 else _bits(tie)
-    bits = (twice > n) | ((twice == n) & tie_bits)
-    return np.packbits(bits)
+    if tie is None or n % 2:
+        return np.packbits((twice > n) | ((twice == n) & _TIE_BITS))
+    return np.packbits(twice > n) | (np.packbits(twice == n) & _tie_bytes(tie))
 
 
-def _bits(key: str) -> np.ndarray:
-    """random_hv(key) as 4096 booleans, not cached (tie keys are one per bundle)."""
-    return np.unpackbits(np.frombuffer(_hv_bytes.__wrapped__(key), dtype=np.uint8)).astype(bool)
+def _tie_bytes(key: str) -> np.ndarray:
+    """A random vector for a tie key (not cached: one per bundle), expanded from a 16-byte digest
+    of the key, which may be a long token list."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=16, key=_KEY).hexdigest()
+    return np.frombuffer(_hv_bytes.__wrapped__("tie:" + digest), dtype=np.uint8)
 
 
 def bundle(vectors: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
