@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -63,6 +64,16 @@ def combine(sims: Mapping[str, float], weights: HdcWeights) -> float:
 
 
 TIES = ("content", "fixed")  # how a bundle breaks ties; "fixed" is that of indexes encoded before
+DEFAULT_NGRAMS = False  # character 3-grams: see bench/hdc.py for the measurement behind it
+
+
+def index_options(stored: Mapping[str, Any] | None, *, ngrams: bool | None = None) -> dict[str, Any]:
+    """HdcEncoder's keyword arguments for an index: those it stored, or (`stored` None: it stored
+    none yet) those a new index records, with `ngrams` when given. Options stored before the tie
+    rule was recorded mean the fixed vector the index's codes were encoded with."""
+    if stored is None:
+        return {"ngrams": DEFAULT_NGRAMS if ngrams is None else ngrams, "ties": "content"}
+    return {"ngrams": bool(stored.get("ngrams", DEFAULT_NGRAMS)), "ties": stored.get("ties", "fixed")}
 
 
 class HdcEncoder:

@@ -17,6 +17,7 @@ import numpy as np
 
 from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks, names_its_work
 from hybridsearch.errors import EngineError, ValidationError
+from hybridsearch.hdc import index_options
 from hybridsearch.models import Document, Filters
 
 _SCHEMA = """
@@ -369,18 +370,15 @@ class Store:
         return {r[0] for r in self._read().execute(sql, args)}
 
     def hdc_options(self, *, ngrams: bool | None = None) -> dict[str, Any]:
-        """The index's HDC encoding options (HdcEncoder's keyword arguments), fixed at first use so
-        that documents and queries are always encoded alike. An index whose options predate `ties`
-        breaks ties with the fixed vector it was encoded with."""
+        """The index's HDC encoding options (HdcEncoder's keyword arguments, `index_options`), fixed
+        at first use so that documents and queries are always encoded alike."""
         saved = self.get_meta("hdc")
-        if saved is not None:
-            options: dict[str, Any] = {"ties": "fixed", **saved}
-            if ngrams is not None and options.get("ngrams") != ngrams:
-                raise ValidationError(f"this index encodes HDC with ngrams={options.get('ngrams')}; "
-                                      "rebuild it to change that", field="ngrams")
-            return options
-        options = {"ngrams": DEFAULT_HDC_NGRAMS if ngrams is None else ngrams, "ties": "content"}
-        self.set_meta("hdc", options)
+        options = index_options(saved, ngrams=ngrams)
+        if saved is None:
+            self.set_meta("hdc", options)
+        elif ngrams is not None and options["ngrams"] != ngrams:
+            raise ValidationError(f"this index encodes HDC with ngrams={options['ngrams']}; "
+                                  "rebuild it to change that", field="ngrams")
         return options
 
     def get_meta(self, key: str) -> Any:
@@ -394,7 +392,6 @@ class Store:
 
 
 HDC_FIELDS = ("topic", "claim", "role", "acts")
-DEFAULT_HDC_NGRAMS = False  # character 3-grams: see bench/hdc.py for the measurement behind it
 
 
 def _code_row(codes: Mapping[str, np.ndarray]) -> list[bytes | None]:

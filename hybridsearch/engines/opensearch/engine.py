@@ -42,7 +42,7 @@ from hybridsearch.engines import (
     check_vectors,
     names_its_work,
 )
-from hybridsearch.engines.embedded.store import DEFAULT_HDC_NGRAMS, HDC_FIELDS, hash_text
+from hybridsearch.engines.embedded.store import HDC_FIELDS, hash_text
 from hybridsearch.engines.opensearch import queries as Q
 from hybridsearch.errors import (
     BulkWriteError,
@@ -52,7 +52,7 @@ from hybridsearch.errors import (
     IndexNotFoundError,
     QueryError,
 )
-from hybridsearch.hdc import HdcEncoder
+from hybridsearch.hdc import HdcEncoder, index_options
 from hybridsearch.models import (
     BM25_FIELD_WEIGHTS,
     MAX_ID_BYTES,
@@ -212,8 +212,7 @@ class OpenSearchEngine:
             apply_chunk_templates(self.client, self.index, self.knn_engine)
             first, made = f"{self.index}-v1", False
             if not self.client.indices.exists(index=first):
-                meta = {"hybridsearch": {"index": self.index, "version": 1,
-                                         "hdc": {"ngrams": DEFAULT_HDC_NGRAMS, "ties": "content"},
+                meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": index_options(None),
                                          "lexicon": self.analyzer.lexicon.fingerprint}}
                 try:
                     self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
@@ -820,10 +819,8 @@ class OpenSearchEngine:
         if self._hdc_encoder is None:
             with self._errors("read metadata"):
                 exists = self.client.indices.exists_alias(name=self.index)
-            hdc = (self._index_meta() if exists else {}).get("hdc", {})
-            # an index whose options predate `ties` breaks ties with the fixed vector it was encoded with
-            self._hdc_encoder = HdcEncoder(self.analyzer, ngrams=bool(hdc.get("ngrams", DEFAULT_HDC_NGRAMS)),
-                                           ties=hdc.get("ties", "fixed" if exists else "content"))
+            options = index_options(self._index_meta().get("hdc", {}) if exists else None)
+            self._hdc_encoder = HdcEncoder(self.analyzer, **options)
         if ngrams is not None and ngrams != self._hdc_encoder.ngrams:
             raise QueryError(f"this index encodes HDC with ngrams={self._hdc_encoder.ngrams}; "
                              "rebuild it to change that")
