@@ -32,7 +32,7 @@ import numpy as np
 from scipy import sparse
 
 from hybridsearch.config import get_settings
-from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks
+from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks, named_work
 
 _log = logging.getLogger("hybridsearch.graph")
 TOLERANCE = 1e-12
@@ -116,7 +116,7 @@ def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_m
         for target in w.cites:
             t = _resolve(target, node, chunk_of)
             if t is None:  # a missing work; a missing `work#n` is the missing work `work`, whichever comes first
-                target = target.rpartition("#")[0] or target
+                target = named_work(target)
                 node[target] = t = len(names)
                 names.append(target)
             if t != a:
@@ -125,9 +125,11 @@ def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_m
     for a, b in list(pairs):
         if a < b and (b, a) in pairs:
             ya, yb = ym.get(names[a]), ym.get(names[b])
-            if ya is not None and yb is not None and (ya % 100 == 0 or yb % 100 == 0):
+            if ya is None or yb is None:
+                continue
+            if ya % 100 == 0 or yb % 100 == 0:
                 ya, yb = ya // 100, yb // 100  # a year alone: the order within that year is unknown
-            if ya is not None and yb is not None and ya != yb:
+            if ya != yb:
                 pairs.discard((a, b) if ya < yb else (b, a))  # the older one cannot cite the newer
                 oriented += 1
     n, n_works = len(names), len(works)
@@ -159,8 +161,7 @@ def _resolve(target: str, node: Mapping[str, int], chunk_of: Mapping[str, int]) 
         return node[target]
     if target in chunk_of:
         return chunk_of[target]
-    work, sep, _ = target.rpartition("#")
-    return node.get(work) if sep else None
+    return node.get(named_work(target))
 
 
 def _cocitation(n: int, src: np.ndarray, dst: np.ndarray, n_works: int, limit: int) -> dict[int, list[int]]:

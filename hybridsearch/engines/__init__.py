@@ -83,9 +83,14 @@ class Neighbors:
     authority: float | None = None
 
 
+def named_work(id_: str) -> str:
+    """The work an id names by itself: `<work>` for a chunk id `<work>#<n>`, else the id."""
+    return id_.rpartition("#")[0] or id_
+
+
 def names_its_work(chunk_id: str, work_id: str) -> bool:
     """Whether a chunk's id names its work by itself: the work id, or `<work>#<n>`."""
-    return chunk_id == work_id or chunk_id.rpartition("#")[0] == work_id
+    return chunk_id == work_id or named_work(chunk_id) == work_id
 
 
 @dataclass(frozen=True, slots=True)
