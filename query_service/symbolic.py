@@ -22,6 +22,7 @@ facts), and every unit reached carries its chain in the explanation (`via`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,20 +88,15 @@ def expand(cands: Candidates, query: str, engine: Any, filters: Filters | None, 
             if len(node_key(phrase)) >= 2 and node_key(phrase) <= asked:
                 _reach(nodes, _Node(phrase, 0, s, ()))
     if len(nodes) > config.max_nodes:  # the seeds' phrases count too; their titles go first
-        diag["truncated"] = f"node limit {config.max_nodes} reached"
         seed_titles = {node_key(d.title) for d in docs.values()}
-        nodes = dict(sorted(nodes.items(), key=lambda kv: (kv[0] not in seed_titles, -kv[1].weight, kv[1].phrase))
-                     [:config.max_nodes])
+        nodes = dict(_room(sorted(nodes.items(), key=lambda kv: (kv[0] not in seed_titles, -kv[1].weight,
+                                                                 kv[1].phrase)), {}, config, diag))
     frontier = set(nodes)
     scores: dict[str, float] = {}
     via: dict[str, str] = {}
     hops = 0
     for hop in range(1, config.depth + 1):
-        new = _step(nodes, frontier, facts, hop, config.discount)
-        room = max(0, config.max_nodes - len(nodes))
-        if len(new) > room:
-            diag["truncated"] = f"node limit {config.max_nodes} reached"
-            new = new[:room]
+        new = _room(_step(nodes, frontier, facts, hop, config.discount), nodes, config, diag)
         if not new:
             break
         nodes.update(new)
@@ -123,11 +119,7 @@ def expand(cands: Candidates, query: str, engine: Any, filters: Filters | None, 
                 if title not in nodes and (title not in titles or node.weight > titles[title].weight):
                     titles[title] = _Node(docs[uid].title, hop, node.weight, node.chain)
         facts.update({u: facts_of(docs[u]) for u in scores if u not in facts and u in docs})
-        named = sorted(titles.items(), key=lambda kv: (-kv[1].weight, kv[1].phrase))
-        room = max(0, config.max_nodes - len(nodes))
-        if len(named) > room:
-            diag["truncated"] = f"node limit {config.max_nodes} reached"
-            named = named[:room]
+        named = _room(sorted(titles.items(), key=lambda kv: (-kv[1].weight, kv[1].phrase)), nodes, config, diag)
         nodes.update(named)
         frontier = {key for key, _ in new} | {key for key, _ in named}
         if _over(t0, config, diag):
@@ -158,6 +150,16 @@ def _step(nodes: dict[Key, _Node], frontier: set[Key], facts: dict[str, list[Fac
                     if kb not in out or node.weight > out[kb].weight:
                         out[kb] = node
     return sorted(out.items(), key=lambda kv: (-kv[1].weight, kv[1].phrase))
+
+
+def _room(items: list[tuple[Key, _Node]], nodes: Mapping[Key, _Node], config: SymbolicConfig,
+          diag: dict[str, Any]) -> list[tuple[Key, _Node]]:
+    """The first of `items` (strongest first) that fit beside `nodes` within max_nodes; a cut is
+    flagged in the diagnostics."""
+    room = max(0, config.max_nodes - len(nodes))
+    if len(items) > room:
+        diag["truncated"] = f"node limit {config.max_nodes} reached"
+    return items[:room]
 
 
 def _reach(nodes: dict[Key, _Node], node: _Node) -> None:
