@@ -54,9 +54,8 @@ class Lexicon:
     """Variant -> canonical replacements, compiled into one case-insensitive regex."""
 
     def __init__(self, entries: dict[str, str]) -> None:
+        """`entries`: variant, case-folded (as the regex compares: "ς" is "σ") -> canonical form."""
         self.entries = entries
-        # the regex ignores case by Unicode folding ("ς" matches "σ"): matches are looked up folded
-        self._folded = {v.casefold(): c for v, c in entries.items()}
         if entries:
             alternatives = sorted(entries, key=len, reverse=True)
             body = "|".join(re.escape(v) for v in alternatives)
@@ -64,7 +63,7 @@ class Lexicon:
                 rf"(?<![\w*])(?:{body})(?=s?(?![\w*]))", re.IGNORECASE)
             # a match needs a variant as a substring of the lowered text: testing that first is much
             # cheaper than the regex scan, which then runs only on texts that may match
-            self._anchors = tuple(v.casefold() for v in entries)
+            self._anchors = tuple(entries)
         else:
             self._regex = None
 
@@ -82,7 +81,7 @@ class Lexicon:
             except UnicodeDecodeError as e:
                 raise ConfigError(f"lexicon {p}: not UTF-8 (byte {e.start}: {e.reason})") from e
         entries: dict[str, str] = {}
-        where: dict[str, str] = {}  # variant -> the file:line that made it one
+        where: dict[str, tuple[str, int]] = {}  # variant -> the file and line that made it one
         for name, text in texts:
             for lineno, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
@@ -97,10 +96,10 @@ class Lexicon:
                     if v and v != canonical:
                         # a later file overrides an earlier one (a user's lexicon, the bundled one);
                         # within one file a variant has one canonical form
-                        if entries.get(v, canonical) != canonical and where[v].rpartition(":")[0] == name:
+                        if entries.get(v, canonical) != canonical and where[v][0] == name:
                             raise ConfigError(f"{name}:{lineno}: {v!r} is a variant of {entries[v]!r} already "
-                                              f"({where[v]}); a variant has one canonical form")
-                        entries[v], where[v] = canonical, f"{name}:{lineno}"
+                                              f"({name}:{where[v][1]}); a variant has one canonical form")
+                        entries[v], where[v] = canonical, (name, lineno)
         return cls(_chained(entries, where))
 
     @classmethod
@@ -121,20 +120,20 @@ class Lexicon:
         low = text.casefold()
         if not any(a in low for a in self._anchors):
             return text
-        return self._regex.sub(lambda m: self._folded.get(m.group(0).casefold(), m.group(0)), text)
+        return self._regex.sub(lambda m: self.entries.get(m.group(0).casefold(), m.group(0)), text)
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, canonical) of each variant in a pre-normalised text."""
         if self._regex is None:
             return []
         return [(m.start(), m.end(), c) for m in self._regex.finditer(text)
-                if (c := self._folded.get(m.group(0).casefold())) is not None]
+                if (c := self.entries.get(m.group(0).casefold())) is not None]
 
     def variants_of(self, canonical: str) -> list[str]:
         return sorted(v for v, c in self.entries.items() if c == canonical)
 
 
-def _chained(entries: dict[str, str], where: dict[str, str]) -> dict[str, str]:
+def _chained(entries: dict[str, str], where: dict[str, tuple[str, int]]) -> dict[str, str]:
     """Entries whose canonical form is itself a variant (`a = foo`, `foo = bar`) go to the end of
     the chain (bar -> a), so that every variant meets in one token and normalising is idempotent;
     a cycle is an error naming its lines."""
@@ -144,7 +143,7 @@ def _chained(entries: dict[str, str], where: dict[str, str]) -> dict[str, str]:
         while c in entries:
             if c in seen:
                 raise ConfigError(f"lexicon entries form a cycle: {' -> '.join(seen + [c])} "
-                                  f"({', '.join(where[x] for x in seen)})")
+                                  f"({', '.join(f'{where[x][0]}:{where[x][1]}' for x in seen)})")
             seen.append(c)
             c = entries[c]
         out[v] = c
