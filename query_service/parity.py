@@ -133,7 +133,7 @@ def _compare_hdc(report: ParityReport, queries: Sequence[Query], engines: dict[s
         return
     for q in queries:
         text = q.text
-        codes = left.hdc_encoder().encode_query(text)
+        codes = a.encode_query(text)
         cand = set(HdcChannel().retrieve(QueryContext(text), left, 50).ids)
         cand |= set(HdcChannel().retrieve(QueryContext(text), right, 50).ids)
         scores_a, scores_b = left.hamming_score(codes, sorted(cand)), right.hamming_score(codes, sorted(cand))

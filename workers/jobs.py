@@ -187,7 +187,8 @@ def reopen(r: redis.Redis, job: str, batches: Sequence[int]) -> None:
     key = PREFIX + job
     with unavailable():
         fields: list[str] = r.hkeys(key + ":deliveries")  # type: ignore[assignment]
-        counted = [f for f in fields if int(f.split(":")[0]) in set(batches)]
+        again = set(batches)
+        counted = [f for f in fields if int(f.split(":")[0]) in again]
         pipe = r.pipeline()
         if batches:
             pipe.hdel(key + ":failed", *[str(b) for b in batches])
