@@ -386,9 +386,8 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         raise Refused(problem(503, "Service Unavailable", str(e))) from e
     except HybridSearchError as e:  # a bad profile, override or filter value
         field = getattr(e, "field", None) or "body"
-        param = field.removeprefix("channels.")  # a profile names a channel's k channels.<channel>.k
-        if body.overrides and param in body.overrides:
-            field = f"overrides.{param}"
+        if body.overrides and field in body.overrides:
+            field = f"overrides.{field}"
         raise Refused(problem(422, "Unprocessable Content", str(e),
                               errors=[{"field": field, "message": str(e)}])) from e
     state.latency.observe(time.perf_counter() - start)

@@ -139,7 +139,13 @@ class Profile(BaseModel):
                          "fuser.<param>", "escalation.<param>", "diversity.<param>", "evidence.<param>",
                          "symbolic.<param>"] + [f"{c}.<param>" for c in data["channels"]]
                 raise ValidationError(f"unknown parameter; valid: {', '.join(valid)}", field=key)
-        prof: Profile = validate_record(Profile, data)
+        try:
+            prof: Profile = validate_record(Profile, data)
+        except ValidationError as e:
+            param = (e.field or "").removeprefix("channels.")  # a profile keeps `<channel>.k` under channels
+            if param != e.field and param in overrides:
+                raise ValidationError(e.message, field=param) from None  # named as it was given
+            raise
         prof.check_plugins()
         return prof
 
