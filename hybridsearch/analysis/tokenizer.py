@@ -22,6 +22,10 @@ _CACHE_LIMIT = 400_000
 # Lucene's whitespace tokenizer (OpenSearch's `max_token_length`, default 255) ends a token once
 # it holds this many UTF-16 code units, and goes on with the rest of the word as the next token
 MAX_TOKEN_UNITS = 255
+# The version of these rules. An index records the version its tokens and HDC codes were made with;
+# bump it whenever analyze() gives other tokens for some text. 1: before indexes recorded it;
+# 2: TeX \ell, \ast, \infty and braced superscripts meet their plain forms, and no token is empty.
+RULES = 2
 
 
 class Analyzer:

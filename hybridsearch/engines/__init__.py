@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hybridsearch.analysis import Analyzer
+from hybridsearch.analysis import ANALYSIS_RULES, Analyzer
 from hybridsearch.errors import ConfigError, QueryError, ValidationError
 from hybridsearch.hdc import FIELDS as HDC_FIELDS
 from hybridsearch.hdc import NBYTES, HdcEncoder
@@ -415,6 +415,18 @@ def check_lexicon(stored: str | None, analyzer: Analyzer, where: str) -> None:
         raise ConfigError(f"{where} was analysed with variant lexicon {stored}, but HYBRIDSEARCH_LEXICON now gives "
                           f"{analyzer.lexicon.fingerprint}; set HYBRIDSEARCH_LEXICON as it was at ingest, or ingest "
                           "into a new index")
+
+
+def stale_analysis(stored: Any, what: str, where: str) -> str | None:
+    """Why an index's `what` may not match this process's queries (None when they do): the index
+    records the analysis rules it was made with (`ANALYSIS_RULES`); one made before it recorded
+    them holds none, and counts as rules 1."""
+    rules = stored if isinstance(stored, int) else 1
+    if rules == ANALYSIS_RULES:
+        return None
+    return (f"{where} holds {what} made with analysis rules {rules}, and this version analyses with rules "
+            f"{ANALYSIS_RULES}: text in the notations that changed (such as TeX \\ell, \\ast, \\infty) may "
+            "not match queries; ingest into a new index to bring them up to date")
 
 
 def is_url(target: str) -> bool:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
-from hybridsearch.analysis import ENGLISH_STOPWORDS, Analyzer, Lexicon, analyze
+from hybridsearch.analysis import ANALYSIS_RULES, ENGLISH_STOPWORDS, Analyzer, Lexicon, analyze
+from tests.conftest import DEMO
 
 GOLDEN = [
     # seed steps: lowercase, whitespace split, edge punctuation, possessives, stopwords, Porter
@@ -45,6 +49,28 @@ GOLDEN = [
 @pytest.mark.parametrize(("text", "expected"), GOLDEN)
 def test_golden(text: str, expected: list[str]) -> None:
     assert analyze(text) == expected
+
+
+# Texts whose tokens stand for the analysis rules: the demo corpus and its queries, and these. An
+# index records ANALYSIS_RULES; when a change to analysis alters the digest, bump the rules (in
+# hybridsearch/analysis/tokenizer.py) and pin the new digest under the new version.
+RULES_SAMPLE = [text for text, _ in GOLDEN[:24]] + [
+    r"$\ell^p$ spaces, \ell_\infty and $L^{p}$", r"$\mathcal{O}(n \log n)$ and O(n log n)", "x² + y² = z²",
+    "ＦＵＬＬＷＩＤＴＨ Ｌ２", "zero\u200bwidth", "Cohen–Macaulay ring's depth", "p-adic Hodge theory", "SL(2,ℤ)",
+    "Navier–Stokes existence", "1e-5 mg/kg", "Erdős–Rényi G(n, p)", r"$\sigma$-algebra and σ-algebras",
+]
+RULES_DIGESTS = {2: "9cdde4e7eb16e553"}
+
+
+def test_a_change_to_the_analysis_rules_bumps_their_version() -> None:
+    texts = list(RULES_SAMPLE)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        for line in (DEMO / name).read_text().splitlines():
+            r = json.loads(line)
+            texts += [r.get("title", ""), r["text"]]
+    tokens = json.dumps([analyze(t) for t in texts], ensure_ascii=False)
+    assert hashlib.sha256(tokens.encode()).hexdigest()[:16] == RULES_DIGESTS.get(ANALYSIS_RULES), (
+        "analysis gives other tokens than these rules did: bump ANALYSIS_RULES and pin the digest")
 
 
 def test_stopwords_are_lucene_english_set() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import hybridsearch
+from hybridsearch.analysis import ANALYSIS_RULES, Analyzer
 from hybridsearch.cli import main
 from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.errors import IndexNotFoundError
@@ -145,6 +146,37 @@ def test_an_index_refuses_another_variant_lexicon(tmp_path) -> None:
     other = subprocess.run([EXE, "search", "zorns lemma", "--index-dir", idx, "--profile", "lexical"],
                            env={**env, "HYBRIDSEARCH_LEXICON": ""}, capture_output=True, text=True)
     assert other.returncode == 2 and "HYBRIDSEARCH_LEXICON" in one_error_line(other.stderr)
+
+
+@pytest.mark.integration
+def test_an_index_analysed_with_older_rules_is_reanalysed(tmp_path, monkeypatch, caplog) -> None:
+    idx = tmp_path / "idx"
+    docs = jsonl(tmp_path / "d.jsonl", {"id": "lp", "title": r"Interpolation in $L^\infty$", "text": "bounded maps"})
+    analyze = Analyzer.analyze
+    with monkeypatch.context() as m:  # as an older version tokenised TeX's \infty: apart from L^∞
+        m.setattr(Analyzer, "analyze", lambda self, text: analyze(self, text.replace("\\infty", "infinity")))
+        with hybridsearch.create(idx) as h:
+            h.ingest(docs, embed=False)
+            assert not h.search("L^∞", "lexical", k=3).hits
+    # the index as that version left it: no analysis rules recorded
+    with EmbeddedEngine(idx) as e:
+        e.store.set_meta("analysis", None)
+    applied = idx / "bm25" / "applied.json"
+    applied.write_text(json.dumps({k: v for k, v in json.loads(applied.read_text()).items() if k != "analysis"}))
+    with caplog.at_level("WARNING", logger="hybridsearch"), hybridsearch.open(idx) as h:
+        assert [x.id for x in h.search("L^∞", "lexical", k=3).hits] == ["lp"]
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "rebuilding the BM25 index from the journal: it was analysed with rules 1, and these are rules 2" in warned
+    assert "holds HDC codes made with analysis rules 1" in warned and "ingest into a new index" in warned
+    assert json.loads(applied.read_text())["analysis"] == ANALYSIS_RULES
+    # an index made with these rules records them, and opens without either message
+    caplog.clear()
+    hybridsearch.create(tmp_path / "new").close()
+    with caplog.at_level("WARNING", logger="hybridsearch"), hybridsearch.open(tmp_path / "new") as h:
+        h.ingest(docs, embed=False)
+        assert h.engine.get_meta("analysis") == ANALYSIS_RULES
+    hybridsearch.open(tmp_path / "new").close()
+    assert not [r for r in caplog.records if "rules" in r.getMessage()]
 
 
 @pytest.mark.integration

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hybridsearch.analysis import ANALYSIS_RULES
 from hybridsearch.models import Document
 from tests.conftest import SHARED_DATA, opensearch_requests
 
@@ -283,6 +284,32 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
     with opensearch_requests(engine) as sent:
         assert engine.work_chunks(["new", "old"]) == got
     assert len(sent) == 1, sent
+
+
+def test_an_index_analysed_with_older_rules_says_so(admin, name, caplog) -> None:
+    from hybridsearch.engines.opensearch import queries as Q
+
+    admin.create(name)
+    engine = admin.engine(name)
+    engine.write([Document(id="lp", title=r"Interpolation in $L^\infty$", text="bounded maps")])
+    assert not admin.status(name)["warnings"]
+    # the version as an older hybridsearch made it, recording no analysis rules
+    v1 = f"{name}-v1"
+    meta = Q.hybridsearch_meta(admin.client.indices.get_mapping(index=v1)[v1]["mappings"])
+    assert meta.pop("analysis") == ANALYSIS_RULES
+    admin.client.indices.put_mapping(index=v1, body={"_meta": {"hybridsearch": meta}})
+    (warning,) = admin.status(name)["warnings"]
+    assert warning.startswith(f"the live version {v1} holds tokens and HDC codes made with analysis rules 1, "
+                              f"and this version analyses with rules {ANALYSIS_RULES}"), warning
+    with caplog.at_level("WARNING", logger="hybridsearch"):
+        reader = admin.engine(name)
+        assert reader.bm25("L^∞", k=3).ids == ["lp"]
+        reader.bm25("bounded", k=3)
+    said = [r.getMessage() for r in caplog.records if "analysis rules 1" in r.getMessage()]
+    assert len(said) == 1 and f"index {name!r}" in said[0] and "ingest into a new index" in said[0], said
+    # a reindex copies the tokens as they are, and the rules they were made with
+    admin.reindex(name)
+    assert admin.status(name)["warnings"] == [warning.replace(v1, f"{name}-v2")]
 
 
 def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url

@@ -12,7 +12,7 @@ from typing import Any
 
 import tantivy
 
-from hybridsearch.analysis import Analyzer
+from hybridsearch.analysis import ANALYSIS_RULES, Analyzer
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.errors import EngineError
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
@@ -63,6 +63,10 @@ class Bm25Index:
                         raise ValueError("written in another format")
                     if applied.get("store") not in (None, "", store_id):
                         self.rebuilt = "it was built from another store"
+                        raise ValueError(self.rebuilt)
+                    rules = applied.get("analysis", 1)  # 1: recorded before the rules were
+                    if (path / "meta.json").exists() and rules != ANALYSIS_RULES:
+                        self.rebuilt = f"it was analysed with rules {rules}, and these are rules {ANALYSIS_RULES}"
                         raise ValueError(self.rebuilt)
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
                 except ValueError:
@@ -137,7 +141,7 @@ class Bm25Index:
             self.applied_seq = seq
             tmp = self.path / (_APPLIED + ".tmp")
             tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present), "format": _FORMAT,
-                                       "store": self.store_id}))
+                                       "store": self.store_id, "analysis": ANALYSIS_RULES}))
             os.replace(tmp, self.path / _APPLIED)
 
     def _to_tantivy(self, label: int, d: Document) -> tantivy.Document:
@@ -242,8 +246,8 @@ class Bm25Index:
 
 
 def _applied(path: Path) -> dict[str, Any]:
-    """What the owner recorded with its last commit (applied seq, fields, format, store id); {}
-    when nothing readable is there."""
+    """What the owner recorded with its last commit (applied seq, fields, format, store id, the
+    analysis rules); {} when nothing readable is there."""
     try:
         data = json.loads((path / _APPLIED).read_text())
     except (OSError, ValueError):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsearch.analysis import Analyzer, default_analyzer
+from hybridsearch.analysis import ANALYSIS_RULES, Analyzer, default_analyzer
 from hybridsearch.embeddings import DIM, MODEL_NAME
 from hybridsearch.engines import (
     Bm25Options,
@@ -32,6 +32,7 @@ from hybridsearch.engines import (
     check_query_vector,
     check_vectors,
     sample_order,
+    stale_analysis,
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
@@ -114,6 +115,12 @@ class EmbeddedEngine:
         check_lexicon(stored, self.analyzer, str(self.path))
         if stored is None:
             self.set_meta("lexicon", self.analyzer.lexicon.fingerprint)
+        # the BM25 index is rebuilt from the journal when the analysis rules change; HDC codes are not
+        stale = stale_analysis(self.get_meta("analysis"), "HDC codes", str(self.path))
+        if stale and self.store.count_codes():
+            _log.warning("%s", stale)
+        elif stale:
+            self.set_meta("analysis", ANALYSIS_RULES)
         self._open_bm25()
         self.dense_index = DenseIndex.load(self.path / "dense.npz", self.dim, exact_max, store_id=store_id,
                                            max_seq=self.store.max_seq)

@@ -27,6 +27,7 @@ from typing import Any
 import opensearchpy
 
 from hybridsearch.config import Settings, get_settings
+from hybridsearch.engines import stale_analysis
 from hybridsearch.engines.opensearch import queries as Q
 from hybridsearch.engines.opensearch.engine import (
     LOCK_INDEX,
@@ -352,10 +353,14 @@ class Admin:
             out["reindex_running"] = running
         if f"{name}-write" not in live.aliases:
             out["warnings"].append(f"the write alias {name}-write is not on the live version {live.index}")
+        with self.errors("read the mapping"):
+            got = self.client.indices.get_mapping(index=live.index)[live.index]["mappings"]
+        stale = stale_analysis(Q.hybridsearch_meta(got).get("analysis"), "tokens and HDC codes",
+                               f"the live version {live.index}")
+        if stale and st.documents:
+            out["warnings"].append(stale)
         knn = st.details.get("knn_engine")
         if knn in ("faiss", "lucene"):
-            with self.errors("read the mapping"):
-                got = self.client.indices.get_mapping(index=live.index)[live.index]["mappings"]
             missing = missing_fields(Q.chunks_template(knn)["template"]["mappings"], got)
             if missing:
                 why = next((OUTDATED[f] for f in missing if f in OUTDATED), "")  # the costliest first

@@ -22,7 +22,7 @@ import opensearchpy
 import orjson
 from opensearchpy import helpers
 
-from hybridsearch.analysis import Analyzer, default_analyzer
+from hybridsearch.analysis import ANALYSIS_RULES, Analyzer, default_analyzer
 from hybridsearch.config import Settings, get_settings
 from hybridsearch.embeddings import DIM
 from hybridsearch.engines import (
@@ -41,6 +41,7 @@ from hybridsearch.engines import (
     check_query_vector,
     check_vectors,
     names_its_work,
+    stale_analysis,
 )
 from hybridsearch.engines.embedded.store import HDC_FIELDS, hash_text
 from hybridsearch.engines.opensearch import queries as Q
@@ -213,7 +214,7 @@ class OpenSearchEngine:
             first, made = f"{self.index}-v1", False
             if not self.client.indices.exists(index=first):
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": index_options(None),
-                                         "lexicon": self.analyzer.lexicon.fingerprint}}
+                                         "lexicon": self.analyzer.lexicon.fingerprint, "analysis": ANALYSIS_RULES}}
                 try:
                     self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
                                                params={"wait_for_active_shards": "1"})
@@ -234,10 +235,14 @@ class OpenSearchEngine:
 
     def _check_lexicon(self, meta: Mapping[str, Any] | None = None) -> None:
         """Once per engine: the index (its hybridsearch `_meta`, read unless given) was analysed
-        with this process's variant lexicon."""
+        with this process's variant lexicon; a warning when it was analysed with other rules."""
         if not self._lexicon_checked:
             meta = self._index_meta() if meta is None else meta
-            check_lexicon(meta.get("lexicon"), self.analyzer, f"index {self.index!r} at {self.url}")
+            where = f"index {self.index!r} at {self.url}"
+            check_lexicon(meta.get("lexicon"), self.analyzer, where)
+            stale = stale_analysis(meta.get("analysis"), "tokens and HDC codes", where)
+            if stale and self.count():
+                _log.warning("%s", stale)
             self._lexicon_checked = True
 
     def drop(self) -> list[str]:
