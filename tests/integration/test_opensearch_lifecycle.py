@@ -432,7 +432,8 @@ def test_reindex_keeps_the_settings_an_operator_set_on_the_live_version(admin, n
 
 
 def test_two_reindexes_at_once_never_both_run(admin, name) -> None:
-    from hybridsearch.engines.opensearch.admin import LOCK_INDEX, Admin
+    from hybridsearch.engines.opensearch.admin import Admin
+    from hybridsearch.engines.opensearch.engine import LOCK_INDEX
 
     engine = admin.engine(name)
     engine.write(corpus(200), unit_vectors(200))
@@ -464,7 +465,7 @@ def test_two_reindexes_at_once_never_both_run(admin, name) -> None:
 
 
 def test_a_killed_reindexs_lock_is_taken_over_once_silent(admin, name) -> None:
-    from hybridsearch.engines.opensearch.admin import LOCK_INDEX, LOCK_TTL, LockLost
+    from hybridsearch.engines.opensearch.engine import LOCK_INDEX, LOCK_TTL, LockLost
 
     engine = admin.engine(name)
     engine.write(corpus(30), unit_vectors(30))
@@ -662,3 +663,24 @@ def test_lifecycle_never_takes_an_index_it_did_not_make(admin, name) -> None:
         assert admin.get(longer).live.index == f"{longer}-v1"
     finally:
         admin.delete(longer)
+
+
+def test_metadata_written_by_processes_at_once_all_holds(admin, name) -> None:
+    """A mapping update replaces the whole `_meta`: each key written at the same time still holds."""
+    admin.create(name)
+    engines = [admin.engine(name) for _ in range(4)]
+    start = threading.Barrier(len(engines))
+
+    def write(n: int) -> None:
+        start.wait()
+        for i in range(8):
+            engines[n].set_meta(f"k{n}-{i}", {"n": n, "i": i})
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(len(engines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reader = admin.engine(name)
+    assert {f"k{n}-{i}": reader.get_meta(f"k{n}-{i}") for n in range(4) for i in range(8)} == {
+        f"k{n}-{i}": {"n": n, "i": i} for n in range(4) for i in range(8)}

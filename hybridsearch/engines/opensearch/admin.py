@@ -14,14 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import opensearchpy
@@ -30,9 +27,10 @@ from hybridsearch.config import Settings, get_settings
 from hybridsearch.engines import stale_analysis
 from hybridsearch.engines.opensearch import queries as Q
 from hybridsearch.engines.opensearch.engine import (
-    LOCK_INDEX,
+    LockLost,
     OpenSearchEngine,
     check_index_name,
+    cluster_lock,
     display_url,
     error_reason,
     make_client,
@@ -54,13 +52,6 @@ CARRIED_SETTINGS = re.compile(r"index\.(number_of_replicas|auto_expand_replicas|
                               r"|routing\.allocation\.(include|exclude|require)\..+|(search|indexing)\.slowlog\..+)")
 
 Progress = Callable[[int, int], None]  # (documents copied, documents in all)
-# LOCK_INDEX holds one document per running reindex, so that two runs never work on one index.
-LOCK_TTL = 60.0  # seconds without a sign of life after which a holder is taken for killed
-LOCK_BEAT = 5.0  # seconds between a holder's signs of life
-
-
-class LockLost(EngineError):
-    """Another run took over a lock this one held (it was silent for LOCK_TTL seconds)."""
 
 
 @dataclass
@@ -527,79 +518,13 @@ class Admin:
     def _reindex_tasks(self, name: str) -> list[str]:
         return self._running("*reindex", rf"{re.escape(name)}-v\d+")
 
-    @contextmanager
-    def _lock(self, key: str, what: str) -> Iterator[Callable[[bool], None]]:
-        """Hold the cluster-wide lock `key` (a document in LOCK_INDEX, created only if absent) for
-        the block, which gets a `beat(force)` to call while it works: it refreshes the lock at most
-        every LOCK_BEAT seconds (always when forced) and raises LockLost if another run took it.
-        A lock left by a killed run is taken over once it has been silent for LOCK_TTL seconds."""
-        owner = {"owner": f"{socket.gethostname()} pid {os.getpid()}",
-                 "started": datetime.now(UTC).isoformat(timespec="seconds")}
-        exc = opensearchpy.exceptions
-        with self.errors("lock"):
-            if not self.client.indices.exists(index=LOCK_INDEX):
-                self.client.indices.create(index=LOCK_INDEX, ignore=400, params={"wait_for_active_shards": "1"},
-                                           body={"settings": {"index": {"number_of_shards": 1, "hidden": True,
-                                                                        "auto_expand_replicas": "0-1"}}})
-            for _ in range(3):  # the holder may let go between our create and our read
-                try:
-                    got = self.client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()},
-                                            op_type="create")
-                    break
-                except exc.ConflictError:
-                    held = self.client.get(index=LOCK_INDEX, id=key, ignore=404)
-                if not held.get("found"):
-                    continue
-                h = held["_source"]
-                silent = time.time() - float(h.get("beat", 0))
-                busy = EngineError(f"{what} is already running ({h.get('owner')}, started {h.get('started')}, last "
-                                   f"seen {silent:.0f} s ago); if that run was killed, its lock is taken over "
-                                   f"{LOCK_TTL:.0f} s after it was last seen")
-                if silent < LOCK_TTL:
-                    raise busy
-                try:
-                    _log.warning("taking over the lock %s from %s, silent for %.0f s", key, h.get("owner"), silent)
-                    got = self.client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()},
-                                            if_seq_no=held["_seq_no"], if_primary_term=held["_primary_term"])
-                    break
-                except exc.ConflictError:
-                    raise busy from None
-            else:
-                raise EngineError(f"could not take the lock for {what}; try again")
-        mine = {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
-        last = time.monotonic()
-
-        def beat(force: bool = False) -> None:
-            nonlocal last
-            if not force and time.monotonic() - last < LOCK_BEAT:
-                return
-            with self.errors("lock"):
-                try:
-                    got = self.client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()}, **mine)
-                except (exc.ConflictError, exc.NotFoundError) as e:
-                    raise LockLost(f"another run took over the lock for {what} after this one was silent for "
-                                   f"{LOCK_TTL:.0f} s; this one stops and leaves the index to it") from e
-            mine.update(if_seq_no=got["_seq_no"], if_primary_term=got["_primary_term"])
-            last = time.monotonic()
-
-        try:
-            yield beat
-        finally:
-            try:
-                self.client.delete(index=LOCK_INDEX, id=key, **mine)
-            except exc.ConflictError:
-                pass  # taken over: not ours to delete
-            except Exception as e:  # the run's own outcome matters more; the lock expires anyway
-                _log.warning("could not release the lock %s (it expires %.0f s after its last beat): %s", key,
-                             LOCK_TTL, error_reason(e))
-
     def reindex(self, name: str, progress: Progress | None = None, poll: float = 0.5) -> ReindexResult:
         """Build the next version from the current templates, copy the live one into it with a
         server-side `_reindex` task, check the counts, then swap both aliases atomically. Writes
         to the live version are paused meanwhile (see the module docstring). On any failure the
         new version is deleted and the live one unblocked; the aliases never move. One reindex of
         an index runs at a time, cluster-wide (`_lock`)."""
-        with self._lock(f"reindex:{name}", f"a reindex of {name!r}") as beat:
+        with cluster_lock(self.client, self.errors, f"reindex:{name}", f"a reindex of {name!r}") as beat:
             return self._reindex(name, progress, poll, beat)
 
     def _reindex(self, name: str, progress: Progress | None, poll: float,

@@ -9,11 +9,15 @@ contract's meanings: raw BM25, raw cosine, Hamming similarity.
 from __future__ import annotations
 
 import logging
+import os
+import random
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -105,7 +109,89 @@ def check_url(url: str) -> None:
         raise ConfigError(f"url: {display_url(url)!r} is not an OpenSearch URL (expected http(s)://host[:port])")
 
 
-LOCK_INDEX = "hybridsearch-locks"  # the admin's locks (one document per running reindex)
+# Cluster-wide locks: one document each (a running reindex, a metadata update) in a hidden index.
+LOCK_INDEX = "hybridsearch-locks"
+LOCK_TTL = 60.0  # seconds without a sign of life after which a holder is taken for killed
+LOCK_BEAT = 5.0  # seconds between a holder's signs of life
+
+
+class LockLost(EngineError):
+    """Another run took over a lock this one held (it was silent for LOCK_TTL seconds)."""
+
+
+@contextmanager
+def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], AbstractContextManager[None]], key: str,
+                 what: str, wait: float = 0.0) -> Iterator[Callable[[bool], None]]:
+    """Hold the cluster-wide lock `key` (a document in LOCK_INDEX, created only if absent) for
+    the block, which gets a `beat(force)` to call while it works: it refreshes the lock at most
+    every LOCK_BEAT seconds (always when forced) and raises LockLost if another run took it.
+    A lock held by another run is waited for up to `wait` seconds, then refused with an error
+    naming its holder; one left by a killed run is taken over once it has been silent for
+    LOCK_TTL seconds."""
+    owner = {"owner": f"{socket.gethostname()} pid {os.getpid()}",
+             "started": datetime.now(UTC).isoformat(timespec="seconds")}
+    exc = opensearchpy.exceptions
+    deadline = time.monotonic() + wait
+    with errors("lock"):
+        if not client.indices.exists(index=LOCK_INDEX):
+            client.indices.create(index=LOCK_INDEX, ignore=400, params={"wait_for_active_shards": "1"},
+                                  body={"settings": {"index": {"number_of_shards": 1, "hidden": True,
+                                                               "auto_expand_replicas": "0-1"}}})
+        tries = 0
+        while True:  # the holder may let go between our create and our read
+            tries += 1
+            try:
+                got = client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()}, op_type="create")
+                break
+            except exc.ConflictError:
+                held = client.get(index=LOCK_INDEX, id=key, ignore=404)
+            if not held.get("found"):
+                if tries < 3 or time.monotonic() < deadline:
+                    continue
+                raise EngineError(f"could not take the lock for {what}; try again")
+            h = held["_source"]
+            silent = time.time() - float(h.get("beat", 0))
+            busy = EngineError(f"{what} is already running ({h.get('owner')}, started {h.get('started')}, last "
+                               f"seen {silent:.0f} s ago); if that run was killed, its lock is taken over "
+                               f"{LOCK_TTL:.0f} s after it was last seen")
+            if silent < LOCK_TTL:
+                if time.monotonic() < deadline:
+                    time.sleep(random.uniform(0.02, 0.1))
+                    continue
+                raise busy
+            try:
+                _log.warning("taking over the lock %s from %s, silent for %.0f s", key, h.get("owner"), silent)
+                got = client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()},
+                                   if_seq_no=held["_seq_no"], if_primary_term=held["_primary_term"])
+                break
+            except exc.ConflictError:
+                raise busy from None
+    mine = {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
+    last = time.monotonic()
+
+    def beat(force: bool = False) -> None:
+        nonlocal last
+        if not force and time.monotonic() - last < LOCK_BEAT:
+            return
+        with errors("lock"):
+            try:
+                got = client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()}, **mine)
+            except (exc.ConflictError, exc.NotFoundError) as e:
+                raise LockLost(f"another run took over the lock for {what} after this one was silent for "
+                               f"{LOCK_TTL:.0f} s; this one stops and leaves the index to it") from e
+        mine.update(if_seq_no=got["_seq_no"], if_primary_term=got["_primary_term"])
+        last = time.monotonic()
+
+    try:
+        yield beat
+    finally:
+        try:
+            client.delete(index=LOCK_INDEX, id=key, **mine)
+        except exc.ConflictError:
+            pass  # taken over: not ours to delete
+        except Exception as e:  # the run's own outcome matters more; the lock expires anyway
+            _log.warning("could not release the lock %s (it expires %.0f s after its last beat): %s", key,
+                         LOCK_TTL, error_reason(e))
 
 
 def check_index_name(name: str) -> str:
@@ -673,11 +759,15 @@ class OpenSearchEngine:
         return self._index_meta().get("meta", {}).get(key)
 
     def set_meta(self, key: str, value: Any) -> None:
+        """Store `value` under `key` in the index's `_meta`. A mapping update replaces the whole
+        `_meta`, so processes take turns (a cluster lock) to read it, add their key and write it."""
         self.ensure_index()
-        meta = self._index_meta()
-        meta.setdefault("meta", {})[key] = value
-        with self._errors("write metadata"):
-            self.client.indices.put_mapping(index=self.write_alias, body={"_meta": {"hybridsearch": meta}})
+        with cluster_lock(self.client, self._errors, f"meta:{self.index}", f"a metadata update of {self.index!r}",
+                          wait=LOCK_TTL + LOCK_BEAT):
+            meta = self._index_meta()
+            meta.setdefault("meta", {})[key] = value
+            with self._errors("write metadata"):
+                self.client.indices.put_mapping(index=self.write_alias, body={"_meta": {"hybridsearch": meta}})
 
     def stats(self) -> EngineStats:
         index, meta = self._ours("stats")
