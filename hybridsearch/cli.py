@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sqlite3
 import sys
@@ -92,6 +93,24 @@ def _port(value: str) -> int:
     if not value.isdigit() or int(value) > 65535:
         raise argparse.ArgumentTypeError(f"a port is a whole number from 0 to 65535, got {value!r}")
     return int(value)
+
+
+def fixed_port(value: str) -> int:
+    """A port to listen on that a client can be told in advance (1..65535: not 0, any free one)."""
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {value!r}")
+    return int(value)
+
+
+def seconds(value: str) -> float:
+    """A duration: a finite number of seconds above 0."""
+    try:
+        s = float(value)
+    except ValueError:
+        s = math.nan
+    if not math.isfinite(s) or s <= 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, got {value!r}")
+    return s
 
 
 def _channels(value: str | None) -> list[str]:

@@ -9,7 +9,10 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -156,6 +159,34 @@ def test_choose_java_refuses_24_plus_and_names_what_it_found(tmp_path: Path, no_
     j17 = _fake_jdk(jvm, "jdk-17", "17.0.9")
     monkeypatch.setenv("JAVA_HOME", str(j25))
     assert choose_java_home(jvm_dir=jvm).path == j17.resolve()
+
+
+def test_a_home_with_whitespace_is_refused_before_anything(tmp_path: Path) -> None:
+    home = tmp_path / "my home"
+    with pytest.raises(ConfigError, match=r"holds whitespace, which the node's launcher cannot pass to Java; "
+                                          r"choose another \(--home, HYBRIDSEARCH_OPENSEARCH_HOME\)$"):
+        LocalNode(home).start(timeout=5)
+    assert not home.exists()
+
+
+def test_bad_start_options_and_homes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli import main
+
+    for argv, why in ((["--port", "0"], "argument --port: a port is a whole number from 1 to 65535, got '0'"),
+                      (["--port", "70000"], "from 1 to 65535, got '70000'"),
+                      (["--timeout", "nan"], "argument --timeout: a number of seconds above 0, got 'nan'"),
+                      (["--timeout", "-1"], "a number of seconds above 0, got '-1'")):
+        with pytest.raises(SystemExit) as done:
+            main(["opensearch", "start", *argv])
+        assert done.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: ") and why in line, line
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for action in ("stop", "start"):
+        assert main(["opensearch", action, "--home", str(afile / "sub")]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: OpenSearch node 'default' (home {afile / 'sub'}): Not a directory"), line
 
 
 def test_missing_mvn_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -383,6 +414,8 @@ class TestLocalNode:
     def test_node_dying_at_start_fails_at_once(self, running: tuple[LocalNode, str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
         node = LocalNode(running[0].home, "dies")
+        node.logs_dir.mkdir(parents=True)
+        node.log_file.write_text("[INFO ][o.o.n.Node] an earlier run of this node: stopped, closed\n")
         write = LocalNode._write_config
 
         def bad_config(self: LocalNode, port: int, transport_port: int) -> None:
@@ -395,8 +428,61 @@ class TestLocalNode:
         with pytest.raises(EngineUnavailableError, match="exited during start-up") as err:
             node.start(timeout=200)
         assert time.monotonic() - began < 60
-        assert "no.such.setting" in str(err.value)
+        assert "no.such.setting" in str(err.value) and "an earlier run" not in str(err.value)
         assert _procs_mentioning(str(node.node_dir)) == []
+
+    def test_status_exits_3_while_the_node_does_not_answer(self, running: tuple[LocalNode, str],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+        node, url = running
+        assert node.pid is not None
+        base = ["--home", str(node.home), "--name", node.name, "--json"]
+        os.kill(node.pid, signal.SIGSTOP)
+        try:
+            assert _cli(["opensearch", "status", *base]) == 3
+        finally:
+            os.kill(node.pid, signal.SIGCONT)
+        st = json.loads(capsys.readouterr().out)
+        assert st["running"] is True and st["answering"] is False and st["url"] == url
+        assert _cli(["opensearch", "status", *base]) == 0
+        assert json.loads(capsys.readouterr().out)["answering"] is True
+
+    def test_a_start_ended_or_killed_never_strands_its_node(self, running: tuple[LocalNode, str]) -> None:
+        node = LocalNode(running[0].home, "late")
+        argv = [sys.executable, "-m", "hybridsearch.cli", "opensearch", "start", "-q", "--home", str(node.home),
+                "--name", node.name, "--timeout", "240"]
+
+        def launching() -> subprocess.Popen[str]:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 120
+            while node.running_pid() is None:  # the JVM is up, not yet answering
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.05)
+            return proc
+
+        # SIGTERM (`timeout`, a CI cancel) ends the start and the node it was starting
+        first = launching()
+        first.terminate()
+        assert first.wait(60) == 128 + signal.SIGTERM
+        time.sleep(1.0)
+        assert node.running_pid() is None and _procs_mentioning(str(node.node_dir)) == []
+        # a second start while the first is still starting waits for it and prints the same URL
+        first = launching()
+        url = node.start(timeout=240)
+        out, _ = first.communicate(timeout=240)
+        assert first.returncode == 0 and out.splitlines()[-1] == url
+        node.stop()
+        # a start killed outright leaves its node starting: the next start takes it over
+        first = launching()
+        first.kill()
+        first.wait(10)
+        assert node.start(timeout=240) == url  # the port kept across the stop
+        state = json.loads(node.state_file.read_text())
+        assert state["pid"] == node.pid and "starting" not in state and state["version"] == OPENSEARCH_VERSION
+        st = node.status()
+        assert st.running and st.answering and st.url == url
+        node.stop()
+        assert json.loads(node.state_file.read_text()) == {"name": "late", "port": state["port"],
+                                                             "transport_port": state["transport_port"]}
 
     def test_stop(self, running: tuple[LocalNode, str], capsys: pytest.CaptureFixture[str]) -> None:
         node, _ = running
@@ -406,7 +492,7 @@ class TestLocalNode:
         assert not node_mod.pid_alive(pid)
         st = node.status()
         assert not st.running and st.url is None and st.pid is None
-        assert not node.state_file.exists()
+        assert set(json.loads(node.state_file.read_text())) == {"name", "port", "transport_port"}
         base = ["--home", str(node.home), "--name", node.name]
         assert _cli(["opensearch", "stop", *base]) == 0
         assert "not running" in capsys.readouterr().out

@@ -52,6 +52,8 @@ def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
 
 def add_parsers(sub: Any) -> None:
     """Add `templates`, `indices` and `snapshot` to an argparse subparsers object."""
+    from hybridsearch.cli import seconds
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", help="OpenSearch URL (default: $HYBRIDSEARCH_OPENSEARCH_URL)")
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -93,7 +95,7 @@ def add_parsers(sub: Any) -> None:
                         "(they advance every 30 s), then merges the segments that hold them. Searches and writes go "
                         "on meanwhile. Example: hybridsearch indices merge demo")
     s.add_argument("name", help="the logical index (its alias)")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the retention leases "
+    s.add_argument("--timeout", type=seconds, default=120.0, help="seconds to wait for the retention leases "
                    "(default 120)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     s = acts.add_parser("prune", parents=[common, yes], help="delete old versions")

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import pwd
 import re
@@ -23,6 +24,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -46,6 +48,7 @@ PREFERRED_JAVA = (17, 21)
 JVM_DIR = Path("/usr/lib/jvm")
 BOOTSTRAP_CLASS = "org.opensearch.bootstrap.OpenSearch"
 STAMP_NAME = ".hybridsearch-stamp.json"
+MVN_TIMEOUT_S = 1800  # one `mvn dependency:copy` of every artifact (about 200 MB the first time)
 
 
 @dataclass(frozen=True)
@@ -416,15 +419,50 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _tail(path: Path, lines: int = 20) -> str:
+def _tail(path: Path, lines: int = 20, since: int = 0) -> str:
+    """The last lines of a file, of what was written past byte `since`."""
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
+            f.seek(max(since, f.tell() - 64 * 1024))
             text = f.read().decode(errors="replace")
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _version_at(url: str) -> str | None:
+    """The OpenSearch version the node at url reports (None when it does not say)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return str(_http_json(url, 5)["version"]["number"])
+    return None
+
+
+@contextlib.contextmanager
+def _signals_end_the_wait() -> Iterator[None]:
+    """While a start waits for its node: SIGTERM and SIGHUP raise SystemExit (in the main thread),
+    so that a `start` stopped by `timeout`, a CI cancel or a closed terminal stops the node it
+    launched instead of leaving it running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, end) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _http_json(url: str, timeout: float) -> Any:
@@ -538,8 +576,14 @@ def fetch_artifacts(dest: Path, progress: Progress | None = None) -> dict[Pin, P
                 "</configuration></plugin></plugins></build></project>\n")
             for p in missing:
                 _say(progress, f"downloading {p.coords}")
-            r = subprocess.run([mvn, "-q", "-B", "-f", str(tmp / "pom.xml"), "dependency:copy"], cwd=tmp,
-                               capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            try:
+                r = subprocess.run([mvn, "-q", "-B", "-f", str(tmp / "pom.xml"), "dependency:copy"], cwd=tmp,
+                                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=MVN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise EngineUnavailableError(
+                    f"mvn dependency:copy did not finish in {MVN_TIMEOUT_S} s fetching "
+                    f"{', '.join(p.coords for p in missing)}; check the network to Maven Central and try again"
+                ) from None
             if r.returncode != 0:
                 tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-20:])
                 raise EngineUnavailableError(f"mvn dependency:copy failed (exit {r.returncode}) fetching "
@@ -632,6 +676,7 @@ class NodeStatus:
 
     name: str
     running: bool
+    answering: bool  # running, and its HTTP port answers (False while it starts, or when it hangs)
     url: str | None
     pid: int | None
     version: str | None
@@ -730,7 +775,8 @@ class LocalNode:
                 raise EngineUnavailableError(
                     f"the distribution in {self.dist_dir} must be reassembled but node(s) {', '.join(busy)} run from "
                     "it; stop them first (hybridsearch opensearch stop --name NAME)")
-            for stale in self.home.glob(".assemble-*"):
+            # what an interrupted install left (a fetch or an assembly)
+            for stale in [*self.home.glob(".assemble-*"), *self.downloads_dir.glob(".fetch-*")]:
                 shutil.rmtree(stale, ignore_errors=True)
             files = fetch_artifacts(self.downloads_dir, progress)
             java = choose_java_home()
@@ -834,11 +880,13 @@ class LocalNode:
         if port is None:
             port = get_settings().opensearch_port
         if port is not None:
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"port: {port} is not a port from 1 to 65535")
             if not _port_free(port):
                 raise EngineUnavailableError(f"port {port} on 127.0.0.1 is in use; pick another (--port, "
                                              "HYBRIDSEARCH_OPENSEARCH_PORT) or leave it unset for a free one")
             return port
-        previous = self._read_state().get("port")  # keep the URL across restarts (after a crash) when we can
+        previous = self._read_state().get("port")  # keep the URL across restarts when we can
         if isinstance(previous, int):
             deadline = time.monotonic() + 3.0
             while time.monotonic() < deadline:
@@ -913,14 +961,28 @@ class LocalNode:
             _chown_tree(self.dist_dir, user.pw_uid, user.pw_gid)
         return user
 
-    def _failure(self, what: str, launch_rc: int | None = None) -> EngineUnavailableError:
+    def _failure(self, what: str, launch_rc: int | None = None, log_since: int = 0) -> EngineUnavailableError:
+        """An error with the last lines of the node's log (of what this launch wrote, past byte
+        `log_since`) and of its launcher's output."""
         parts = [what]
         if launch_rc is not None:
             parts[0] += f" (bin/opensearch exited {launch_rc})"
-        for path in (self.log_file, self.launch_log):
-            tail = _tail(path)
+        for path, since in ((self.log_file, log_since), (self.launch_log, 0)):
+            tail = _tail(path, since=since)
             parts.append(f"--- last lines of {path} ---\n{tail}" if tail else f"--- {path}: empty or missing ---")
         return EngineUnavailableError("\n".join(parts))
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        _write_json(self.state_file, state)
+
+    def _forget(self) -> None:
+        """The node is gone: keep only its ports in the state file, for the next start to reuse."""
+        state = self._read_state()
+        kept: dict[str, Any] = {k: state[k] for k in ("name", "port", "transport_port") if k in state}
+        if "port" in kept:
+            self._write_state(kept)
+        else:
+            self.state_file.unlink(missing_ok=True)
 
     def _kill_launch(self, launcher: subprocess.Popen[bytes]) -> None:
         """Stop everything a failed start left: the launcher's process group and the node's JVM."""
@@ -943,9 +1005,15 @@ class LocalNode:
         already runs and answers, return its URL. timeout covers the launch, not the install."""
         settings = get_settings()
         timeout = settings.opensearch_start_timeout if timeout is None else timeout
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ConfigError(f"timeout: {timeout} is not a number of seconds above 0")
         heap = settings.opensearch_heap
         if not _HEAP_RE.match(heap):
             raise ConfigError(f"opensearch_heap {heap!r} is not a JVM size like 512m or 1g")
+        if any(c.isspace() for c in str(self.home)):
+            # bin/opensearch splits OPENSEARCH_JAVA_OPTS, which carries the node's tmp dir, on whitespace
+            raise ConfigError(f"OpenSearch home {str(self.home)!r} holds whitespace, which the node's launcher "
+                              "cannot pass to Java; choose another (--home, HYBRIDSEARCH_OPENSEARCH_HOME)")
         self._make_home()
         if running_as_root():
             ensure_service_user()
@@ -976,6 +1044,9 @@ class LocalNode:
                 raise self._failure(f"node {self.name!r} runs (pid {pid}) but {url} does not answer; "
                                     "stop it (hybridsearch opensearch stop) and start it again")
             time.sleep(0.25)
+        state = self._read_state()
+        if state.pop("starting", False) and state.get("url") == url:  # its start was killed, or is finishing
+            self._write_state({**state, "pid": pid, "version": _version_at(url), "started_at": time.time()})
         return url
 
     def _launch(self, port: int | None, timeout: float, heap: str, java: JavaHome, progress: Progress | None) -> str:
@@ -986,8 +1057,15 @@ class LocalNode:
         if user is not None:
             _chown_tree(self.config_dir, user.pw_uid, user.pw_gid)
         self.pid_file.unlink(missing_ok=True)
-        self.state_file.unlink(missing_ok=True)
         url = f"http://127.0.0.1:{http_port}"
+        # written before the JVM exists: a second `start`, or one after this process was killed,
+        # finds the URL to wait on (and then completes this record)
+        state: dict[str, Any] = {
+            "name": self.name, "url": url, "port": http_port, "transport_port": transport_port,
+            "java_home": str(java.path), "java_version": java.version, "heap": heap,
+            "user": SERVICE_USER if user is not None else _user_name(), "home": str(self.home), "starting": True}
+        self._write_state(state)
+        log_since = _size(self.log_file)
         env = _clean_env(java)
         env.update(OPENSEARCH_PATH_CONF=str(self.config_dir), OPENSEARCH_JAVA_OPTS=f"-Xms{heap} -Xmx{heap}",
                    OPENSEARCH_TMPDIR=str(self.node_dir / "tmp"))
@@ -1000,61 +1078,63 @@ class LocalNode:
         with self.launch_log.open("wb") as out:
             launcher = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         env=env, cwd=self.dist_dir, start_new_session=True)
-        pid: int | None = None
-        seen: int | None = None
-        launcher_done: float | None = None
-        ready = _Ready()
         try:
-            while True:
-                rc = launcher.poll()
-                if rc not in (None, 0):
-                    raise self._failure(f"OpenSearch node {self.name!r} failed to start", rc)
-                if pid is None or not self._is_node_process(pid):
-                    pid = self.running_pid()
-                seen = pid or seen
-                if pid is None and rc == 0:
-                    # the launcher forked the JVM and left: a JVM that was seen and is gone, or never shows up, died
-                    launcher_done = launcher_done or time.monotonic()
-                    if seen is not None or time.monotonic() - launcher_done > 3.0:
-                        raise self._failure(f"OpenSearch node {self.name!r} exited during start-up")
-                remaining = deadline - time.monotonic()
-                if pid is not None and remaining > 0 and ready(url, timeout=min(3.0, max(remaining, 0.1))):
-                    break
-                if time.monotonic() >= deadline:
-                    raise self._failure(f"OpenSearch node {self.name!r} did not answer at {url} within {timeout:g} s "
-                                        "(raise --timeout or HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT); stopped it")
-                time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            with _signals_end_the_wait():
+                self._wait_ready(launcher, url, timeout, deadline, log_since)
         except BaseException:
             self._kill_launch(launcher)
             raise
         with contextlib.suppress(subprocess.TimeoutExpired):
             launcher.wait(timeout=10)
-        version = None
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            version = _http_json(url, 5)["version"]["number"]
-        _write_json(self.state_file, {
-            "name": self.name, "pid": pid, "url": url, "port": http_port, "transport_port": transport_port,
-            "version": version, "java_home": str(java.path), "java_version": java.version, "heap": heap,
-            "user": SERVICE_USER if user is not None else _user_name(),
-            "home": str(self.home), "started_at": time.time(),
-        })
+        del state["starting"]
+        pid = self.running_pid()
+        self._write_state({**state, "pid": pid, "version": _version_at(url), "started_at": time.time()})
         _say(progress, f"OpenSearch node {self.name!r} (pid {pid}) answers at {url} after "
                        f"{time.monotonic() - began:.1f} s")
         return url
+
+    def _wait_ready(self, launcher: subprocess.Popen[bytes], url: str, timeout: float, deadline: float,
+                    log_since: int) -> None:
+        """Until the node answers at url (see `_Ready`); raises, with the logs' last lines, when it
+        dies or the deadline passes."""
+        pid: int | None = None
+        seen: int | None = None
+        launcher_done: float | None = None
+        ready = _Ready()
+        while True:
+            rc = launcher.poll()
+            if rc not in (None, 0):
+                raise self._failure(f"OpenSearch node {self.name!r} failed to start", rc, log_since)
+            if pid is None or not self._is_node_process(pid):
+                pid = self.running_pid()
+            seen = pid or seen
+            if pid is None and rc == 0:
+                # the launcher forked the JVM and left: a JVM that was seen and is gone, or never shows up, died
+                launcher_done = launcher_done or time.monotonic()
+                if seen is not None or time.monotonic() - launcher_done > 3.0:
+                    raise self._failure(f"OpenSearch node {self.name!r} exited during start-up", None, log_since)
+            remaining = deadline - time.monotonic()
+            if pid is not None and remaining > 0 and ready(url, timeout=min(3.0, max(remaining, 0.1))):
+                return
+            if time.monotonic() >= deadline:
+                raise self._failure(f"OpenSearch node {self.name!r} did not answer at {url} within {timeout:g} s "
+                                    "(raise --timeout or HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT); stopped it", None,
+                                    log_since)
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
 
     # stop, kill, status
     def stop(self, timeout: float = 30.0) -> int | None:
         """Stop the node (SIGTERM, then SIGKILL after timeout s); returns the pid it stopped, None if not running."""
         pid = self.running_pid()
         if pid is None:
-            self.state_file.unlink(missing_ok=True)
+            self._forget()
             return None
         self._signal(pid, signal.SIGTERM)
         if not self._wait_gone([pid], timeout):
             self._signal(pid, signal.SIGKILL)
             if not self._wait_gone([pid], 10):
                 raise EngineUnavailableError(f"OpenSearch pid {pid} of node {self.name!r} survived SIGKILL")
-        self.state_file.unlink(missing_ok=True)
+        self._forget()
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -1076,8 +1156,7 @@ class LocalNode:
         health: str | None = None
         red: list[str] = []
         if url:
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                version = _http_json(url, 5)["version"]["number"]
+            version = _version_at(url)
             health = (_health(url, wait=False) or {}).get("status")
             if health == "red":
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -1086,7 +1165,8 @@ class LocalNode:
         if java_home is None:
             with contextlib.suppress(ConfigError, EngineUnavailableError):
                 java_home = str(choose_java_home().path)
-        return NodeStatus(name=self.name, running=pid is not None, url=url, pid=pid, version=version,
+        return NodeStatus(name=self.name, running=pid is not None, answering=version is not None, url=url, pid=pid,
+                          version=version,
                           java_home=java_home, home=str(self.home), node_dir=str(self.node_dir),
                           installed=self.installed(), user=state.get("user") if pid is not None else None,
                           health=health, red_indices=red)

@@ -9,11 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from hybridsearch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hybridsearch.engines.opensearch.node import LocalNode
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the `opensearch` subcommand (start|stop|status) to an argparse subparsers object."""
+    from hybridsearch.cli import fixed_port, seconds
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", type=Path, default=None,
                         help="distribution and node directory (default: $HYBRIDSEARCH_OPENSEARCH_HOME, else "
@@ -29,16 +36,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     s = actions.add_parser("start", parents=[common], help="install if needed, start, print the URL",
                            description="Start the node (fetching and assembling OpenSearch the first time) and "
                            "print its URL as the last line of stdout; a running node prints its URL again.")
-    s.add_argument("--port", type=int, default=None, help="HTTP port (default: $HYBRIDSEARCH_OPENSEARCH_PORT, else "
-                   "the node's previous port if free, else a free port)")
-    s.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds to wait for the node to answer "
+    s.add_argument("--port", type=fixed_port, default=None, help="HTTP port (default: "
+                   "$HYBRIDSEARCH_OPENSEARCH_PORT, else the node's previous port if free, else a free port)")
+    s.add_argument("--timeout", type=seconds, default=None, metavar="S", help="seconds to wait for the node to answer "
                    "(default: $HYBRIDSEARCH_OPENSEARCH_START_TIMEOUT or 180)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
     actions.add_parser("stop", parents=[common], help="stop the node (SIGTERM, SIGKILL after 30 s)")
 
     s = actions.add_parser("status", parents=[common], help="whether the node runs, its URL, pid, version",
-                           description="Print the node's status as key: value lines (exit 0 if it runs, 1 if not).")
+                           description="Print the node's status as key: value lines (exit 0 if it runs and "
+                           "answers, 1 if it does not run, 3 if it runs but does not answer: starting, or hung).")
     s.add_argument("--json", action="store_true", help="print JSON")
 
     p.set_defaults(func=cmd_opensearch)
@@ -47,11 +55,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def cmd_opensearch(args: argparse.Namespace) -> int:
     """Run `hybridsearch opensearch start|stop|status`; returns the exit status."""
-    import sys
-
-    from hybridsearch.engines.opensearch.node import LocalNode, red_indices, stderr_progress
+    from hybridsearch.engines.opensearch.node import LocalNode
 
     node = LocalNode(home=args.home, name=args.name)
+    try:
+        return _act(node, args)
+    except OSError as e:  # the home or a file in it cannot be used
+        where = f": {e.filename}" if e.filename else ""
+        raise ConfigError(f"OpenSearch node {node.name!r} (home {node.home}): {e.strerror or e}{where}") from e
+
+
+def _act(node: LocalNode, args: argparse.Namespace) -> int:
+    import sys
+
+    from hybridsearch.engines.opensearch.node import red_indices, stderr_progress
+
     action = args.opensearch_action
     if action == "start":
         was = node.status()
@@ -87,5 +105,5 @@ def cmd_opensearch(args: argparse.Namespace) -> int:
                 if isinstance(value, list):
                     value = ", ".join(value) or None
                 print(f"{key}: {'-' if value is None else str(value).lower() if isinstance(value, bool) else value}")
-        return 0 if st["running"] else 1
+        return 0 if st["answering"] else 3 if st["running"] else 1
     raise AssertionError(f"unknown action {action!r}")  # argparse only lets the three through
