@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     opensearch_reindex_slices: int = Field(default=2, ge=1, description="parallel slices of `indices reindex`")
     opensearch_snapshot_repo: str = Field(default="hybridsearch", description="snapshot repository of the "
                                           "`snapshot` commands")
+    opensearch_snapshot_timeout: float = Field(default=3600.0, gt=0, description="seconds `snapshot create` and "
+                                               "`snapshot restore` wait for the node to finish one")
     require_opensearch: bool = Field(default=False, description="tests: a missing node fails instead of skipping")
 
     # the local node (hybridsearch opensearch start|stop|status)

@@ -226,6 +226,65 @@ def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, na
         engine.close()
 
 
+def test_a_restore_refuses_what_it_cannot_replace_and_undoes_a_failed_one(admin, name, opensearch_url) -> None:
+    from hybridsearch.config import Settings
+    from hybridsearch.engines.opensearch.admin import Admin
+    from hybridsearch.engines.opensearch.engine import LOCK_INDEX
+
+    repo, other = f"test-{uuid.uuid4().hex[:8]}", f"{name}-b"
+    engine, engine_b = admin.engine(name), admin.engine(other)
+    engine.write(corpus(40), unit_vectors(40))
+    engine_b.write([Document(id="b1", title="the other index", text="b")])
+    admin.reindex(name)  # v2, reindexed from v1
+    try:
+        admin.repo_add(repo)
+        admin.snapshot_create("both", repo, [name, other])
+        # a name the restore would take, held by an index hybridsearch did not make: refused first
+        admin.delete(other)
+        admin.client.indices.create(index=other)
+        with pytest.raises(Exception, match=rf"snapshot 'both': {other} at .* is taken by an index "
+                                            r"or alias that is not a hybridsearch index to replace"):
+            admin.snapshot_restore("both", repo, replace=True)
+        assert [v.index for v in admin.get(name).versions] == [f"{name}-v1", f"{name}-v2"]
+        admin.client.indices.delete(index=other)
+        # never beside a reindex of the same index
+        admin.client.index(index=LOCK_INDEX, id=f"reindex:{name}", refresh=True, body={
+            "owner": "ops-host pid 4242", "started": "2026-11-24T10:00:00+00:00", "beat": time.time()})
+        with pytest.raises(Exception, match=rf"a reindex or restore of '{name}' is already running \(ops-host"):
+            admin.snapshot_restore("both", repo, replace=True)
+        admin.client.delete(index=LOCK_INDEX, id=f"reindex:{name}", refresh=True)
+        assert not admin.client.indices.exists(index=f"{name}-v3")
+        # a restore that fails part way (here: the node is slower than the time allowed) is undone
+        hasty = Admin(opensearch_url, settings=Settings(opensearch_url=opensearch_url,
+                                                        opensearch_snapshot_timeout=0.001))
+        with pytest.raises(Exception, match=rf"the partial {name}-v3 was deleted and {name}-v1, {name}-v2 left as "
+                                            rf"they were; restoring '{name}' from snapshot 'both'"):
+            hasty.snapshot_restore("both", repo, [name], replace=True)
+        hasty.close()
+        assert not admin.client.indices.exists(index=f"{name}-v3")
+        assert not admin.get(name).live.write_blocked and admin.get(name).live.index == f"{name}-v2"
+        engine.write([Document(id="during", title="written after the failed restore", text="x")])
+        assert engine.count() == 41
+        # a whole restore: the restored version says where it came from, not the snapshot's reindex
+        res = admin.snapshot_restore("both", repo, replace=True)
+        assert res["indices"] == {name: f"{name}-v3", other: f"{other}-v1"} and res["replaced"] == [name]
+        assert admin.get(name).live.reindexed_from is None and engine.count() == 40 and engine_b.count() == 1
+        meta = admin.client.indices.get_mapping(index=f"{name}-v3")[f"{name}-v3"]["mappings"]["_meta"]
+        assert meta["hybridsearch"]["restored_from"] == f"{repo}:both"
+        # a snapshot of an index named outright that has no live version is refused, not left out
+        admin.client.indices.update_aliases(body={"actions": [{"remove": {"index": f"{other}-v1", "alias": other}}]})
+        with pytest.raises(Exception, match=rf"no live version of {other} to snapshot"):
+            admin.snapshot_create("part", repo, [name, other])
+    finally:
+        for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
+            admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
+        admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+        admin.client.indices.delete(index=f"{other}*", ignore=404)
+        admin.client.indices.delete_index_template(name=f"hybridsearch-{other}", ignore=404)
+        engine.close()
+        engine_b.close()
+
+
 def test_templates_apply_is_idempotent(admin, name) -> None:
     admin.create(name)
     first = {(c.kind, c.name): c.action for c in admin.apply_templates([name])}
@@ -375,6 +434,10 @@ def test_indices_and_snapshot_commands(opensearch_url, name) -> None:
     missing = run("snapshot", "list", "--repo", "no-such-repo", *url)
     assert missing.returncode == 2 and "snapshot repo-add no-such-repo" in missing.stderr
     assert run("snapshot", "create", "s2", "--repo", repo, "--index", name, *url).returncode == 0
+    for pattern in ("s*", "s1,s2", "_all", ""):  # one snapshot's name, never a pattern that deletes several
+        several = run("snapshot", "delete", pattern, "--repo", repo, "--yes", *url)
+        assert several.returncode == 2 and several.stderr.strip() == (
+            f"error: snapshot: {pattern!r} is not one snapshot's name (no wildcards, commas or _all)"), several.stderr
     kept = run("snapshot", "delete", "s2", "--repo", repo, *url, stdin="")
     assert kept.returncode == 2 and "refused without --yes" in kept.stderr
     dropped = run("snapshot", "delete", "s2", "--repo", repo, "--yes", *url)
@@ -458,7 +521,7 @@ def test_two_reindexes_at_once_never_both_run(admin, name) -> None:
     done = [o for o in outcomes if not isinstance(o, Exception)]
     refused = [o for o in outcomes if isinstance(o, Exception)]
     assert len(done) == 1 and len(refused) == 1, outcomes
-    assert f"a reindex of {name!r} is already running" in str(refused[0])
+    assert f"a reindex or restore of {name!r} is already running" in str(refused[0])
     assert [v.index for v in admin.get(name).versions] == [f"{name}-v1", f"{name}-v2"]
     assert admin.get(name).live.index == f"{name}-v2" and engine.count() == 200
     assert not admin.client.exists(index=LOCK_INDEX, id=f"reindex:{name}")  # released
@@ -529,7 +592,8 @@ def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, 
         assert status["versions"][0]["deleted"] == 120
         assert any(f"indices merge {name}" in w for w in status["warnings"]), status["warnings"]
         bad = run("indices", "merge", name, "--timeout", "nan", *url)
-        assert bad.returncode == 2 and bad.stderr == "error: --timeout must be a positive number of seconds, got nan\n"
+        assert bad.returncode == 2 and bad.stderr == ("error: argument --timeout: a number of seconds above 0, got "
+                                                      "'nan' (see `hybridsearch indices merge --help`)\n")
         merged = run("indices", "merge", name, *url)
         assert merged.returncode == 0, merged.stderr
         assert merged.stdout.startswith(f"merged {name}-v1: dropped 120 deleted or replaced copies in "), merged.stdout

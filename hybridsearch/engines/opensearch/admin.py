@@ -11,6 +11,7 @@ write alias points at the new version, where they land.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -173,6 +174,12 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
             else:
                 out.extend(missing_fields(spec, theirs[f], f"{prefix}{f}."))
     return out
+
+
+def check_snapshot_name(snapshot: str) -> None:
+    """One snapshot's name: a pattern or a list would have a delete or a restore act on several."""
+    if not snapshot or snapshot == "_all" or any(c in snapshot for c in "*,"):
+        raise ConfigError(f"snapshot: {snapshot!r} is not one snapshot's name (no wildcards, commas or _all)")
 
 
 def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: str, what: str | None = None,
@@ -524,7 +531,7 @@ class Admin:
         to the live version are paused meanwhile (see the module docstring). On any failure the
         new version is deleted and the live one unblocked; the aliases never move. One reindex of
         an index runs at a time, cluster-wide (`_lock`)."""
-        with cluster_lock(self.client, self.errors, f"reindex:{name}", f"a reindex of {name!r}") as beat:
+        with cluster_lock(self.client, self.errors, f"reindex:{name}", f"a reindex or restore of {name!r}") as beat:
             return self._reindex(name, progress, poll, beat)
 
     def _reindex(self, name: str, progress: Progress | None, poll: float,
@@ -702,22 +709,31 @@ class Admin:
     def snapshot_create(self, snapshot: str, repo: str | None = None,
                         names: Sequence[str] | None = None) -> dict[str, Any]:
         """Snapshot the live version of each logical index (all by default), with its aliases."""
+        check_snapshot_name(snapshot)
         chosen = [self.get(n) for n in names] if names else self.indices()
         if not chosen:
             raise IndexNotFoundError(f"no hybridsearch index at {self.url} to snapshot")
         live = {ix.name: ix.live.index for ix in chosen if ix.live is not None}
-        if not live:
-            raise IndexNotFoundError(f"no live version of {', '.join(ix.name for ix in chosen)} to snapshot")
+        lost = [ix.name for ix in chosen if ix.live is None]
+        if not live or (names and lost):
+            raise IndexNotFoundError(f"no live version of {', '.join(lost)} to snapshot (no version holds its read "
+                                     "alias); `hybridsearch indices status NAME` shows its versions")
         with self.errors("create snapshot"):
             repo = self._check_repo(repo)
             mappings = self.client.indices.get_mapping(index=",".join(live.values()))
             # what a restore checks before bringing them back (a faiss field kills a node without
             # the k-NN plugin's native libraries)
             knn = {n: Q.dense_method(mappings[c]["mappings"])[0] for n, c in live.items()}
-            got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
-                "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
-                "metadata": {"hybridsearch": {"indices": live, "knn_engines": knn}}},
-                params={"wait_for_completion": "true"})
+            wait = self.settings.opensearch_snapshot_timeout
+            try:
+                got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
+                    "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
+                    "metadata": {"hybridsearch": {"indices": live, "knn_engines": knn}}},
+                    params={"wait_for_completion": "true", "request_timeout": wait})
+            except opensearchpy.exceptions.ConnectionTimeout:
+                raise EngineError(f"snapshot {snapshot!r} did not finish in {wait:g} s "
+                                  "(HYBRIDSEARCH_OPENSEARCH_SNAPSHOT_TIMEOUT); the node goes on with it: "
+                                  f"`hybridsearch snapshot list --repo {repo}` shows its state") from None
         s = got["snapshot"]
         if s["state"] != "SUCCESS":
             raise EngineError(f"snapshot {snapshot!r} ended {s['state']}: {s.get('failures')}")
@@ -729,9 +745,10 @@ class Admin:
         """{logical index: concrete index} of a successful hybridsearch snapshot (of any state
         with `state_ok`), for `names` (all by default), and the k-NN engine of each as recorded
         (snapshots made before the record: none)."""
+        check_snapshot_name(snapshot)
         with self.errors("read snapshot"):
             got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
-        snaps = got.get("snapshots") or []
+        snaps = [s for s in got.get("snapshots") or [] if s.get("snapshot") == snapshot]
         if not snaps:
             raise IndexNotFoundError(f"no snapshot {snapshot!r} in repository {repo!r}")
         if snaps[0].get("state") != "SUCCESS" and not state_ok:
@@ -755,6 +772,7 @@ class Admin:
         """Delete a snapshot that `snapshot create` made (one without our metadata is refused),
         after `ask` (given {logical index: concrete index}) returns; the repository keeps the files
         other snapshots share."""
+        check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
         stored, _ = self._stored(snapshot, repo, None, state_ok=True)
         if ask is not None:
@@ -772,9 +790,14 @@ class Admin:
     def snapshot_restore(self, snapshot: str, repo: str | None = None, names: Sequence[str] | None = None,
                          *, replace: bool = False) -> dict[str, Any]:
         """Restore logical indices (all in the snapshot by default) with their aliases. One that
-        exists is replaced only with `replace`: the snapshot is restored beside it as a new
-        version, the aliases move to that version in one request, and only then are the old
-        versions deleted."""
+        exists is replaced only with `replace`: its versions are write-blocked (writes wait, as
+        during a reindex, and land in the restored version), the snapshot is restored beside them
+        as a new version, the aliases move to that version in one request, and only then are the
+        old versions deleted. Each index is restored under its reindex lock. Any name the restore
+        would take that is not a hybridsearch index to replace is refused before anything changes;
+        an index whose restore fails is deleted, its old versions unblocked, and the error names
+        the indices restored before it."""
+        check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
         stored, knn = self._stored(snapshot, repo, names)
         present = {ix.name: ix for ix in self.indices() if ix.name in stored}
@@ -789,18 +812,58 @@ class Admin:
                 check_native_knn(self.client, engine, f"snapshot {snapshot!r}: index {name!r} (k-NN engine "
                                  f"{engine!r})", "restore it on a cluster that has them")
             check_native_knn(self.client, self.settings.opensearch_knn_engine)
+            targets: dict[str, str] = {}
             for name, concrete in stored.items():
-                ix = present.get(name)
-                taken = [v.version for v in ix.versions] if ix else []
+                taken = [v.version for v in present[name].versions] if name in present else []
                 m = VERSIONED.match(concrete)
-                target = concrete if m is None or int(m["version"]) not in taken else f"{name}-v{max(taken) + 1}"
+                targets[name] = concrete if m is None or int(m["version"]) not in taken \
+                    else f"{name}-v{max(taken) + 1}"
+            held = [n for name, target in sorted(targets.items())
+                    for n in [target, *([] if name in present else [name, f"{name}-write"])]
+                    if self.client.indices.exists(index=n, expand_wildcards="all")]
+            if held:
+                raise ConfigError(f"snapshot {snapshot!r}: {', '.join(held)} at {self.url} is taken by an index or "
+                                  "alias that is not a hybridsearch index to replace; delete or rename it first")
+        with contextlib.ExitStack() as locks:
+            for name in sorted(targets):
+                locks.enter_context(cluster_lock(self.client, self.errors, f"reindex:{name}",
+                                                 f"a reindex or restore of {name!r}"))
+            for name, target in targets.items():
+                try:
+                    self._restore_one(snapshot, repo, name, stored[name], target, present.get(name))
+                except BaseException as e:
+                    done = f", after {', '.join(f'{k} ({v})' for k, v in restored.items())}" if restored else ""
+                    note = f"; restoring {name!r} from snapshot {snapshot!r}{done}"
+                    if isinstance(e, HybridSearchError) and e.args:
+                        e.args = (str(e.args[0]) + note, *e.args[1:])
+                    raise
+                restored[name] = target
+        return {"snapshot": snapshot, "repository": repo, "indices": restored, "replaced": sorted(present),
+                "seconds": time.perf_counter() - t0}
+
+    def _restore_one(self, snapshot: str, repo: str, name: str, concrete: str, target: str,
+                     ix: LogicalIndex | None) -> None:
+        """Restore `concrete` from the snapshot as `target` and make it logical index `name`,
+        replacing `ix`'s versions; on failure `target` is deleted and the old versions unblocked."""
+        old = [v.index for v in ix.versions] if ix else []
+        sent = False
+        try:
+            with self.errors("restore snapshot"):
+                if old:
+                    self.client.indices.add_block(index=",".join(old), block="write")
+                sent = True
                 self.client.snapshot.restore(repository=repo, snapshot=snapshot, body={
                     "indices": concrete, "include_aliases": False, "include_global_state": False,
                     "rename_pattern": f"^{re.escape(concrete)}$", "rename_replacement": target,
                     # a snapshot taken while a reindex copied the index must not come back blocked
-                    "index_settings": {"index.blocks.write": False}}, params={"wait_for_completion": "true"})
+                    "index_settings": {"index.blocks.write": False}},
+                    params={"wait_for_completion": "true",
+                            "request_timeout": self.settings.opensearch_snapshot_timeout})
                 self.client.cluster.health(index=target, wait_for_status="yellow")
-                self.client.indices.put_mapping(index=target, body={"_meta": self._meta_for(target, target)})
+                meta = self._meta_for(target, target)
+                meta["hybridsearch"].pop("reindexed_from", None)  # where the snapshot's version came from
+                meta["hybridsearch"]["restored_from"] = f"{repo}:{snapshot}"
+                self.client.indices.put_mapping(index=target, body={"_meta": meta})
                 actions: list[dict[str, Any]] = []
                 for v in ix.versions if ix else []:
                     actions += [{"remove": {"index": v.index, "alias": a}} for a in v.aliases
@@ -808,9 +871,24 @@ class Admin:
                 actions += [{"add": {"index": target, "alias": name}},
                             {"add": {"index": target, "alias": f"{name}-write", "is_write_index": True}}]
                 self.client.indices.update_aliases(body={"actions": actions})
-                if ix:
-                    self.client.indices.delete(index=",".join(v.index for v in ix.versions))
-                apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
-                restored[name] = target
-        return {"snapshot": snapshot, "repository": repo, "indices": restored, "replaced": sorted(present),
-                "seconds": time.perf_counter() - t0}
+        except BaseException as e:
+            # deleting the index ends a restore still under way; one whose request went unanswered
+            # (a timeout) may not have made it yet
+            cause = e.__cause__
+            answered = isinstance(cause, opensearchpy.exceptions.TransportError) and isinstance(cause.status_code, int)
+            deadline = time.monotonic() + (10.0 if sent and not answered else 0.0)
+            with contextlib.suppress(Exception):
+                while not self.client.indices.exists(index=target) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.client.indices.delete(index=target, ignore=404)
+            for index in old:
+                with contextlib.suppress(Exception):
+                    self._unblock(index)
+            if isinstance(e, HybridSearchError) and e.args:
+                e.args = (f"{e.args[0]}; the partial {target} was deleted" + (
+                    f" and {', '.join(old)} left as they were" if old else ""), *e.args[1:])
+            raise
+        with self.errors("restore snapshot"):
+            if old:
+                self.client.indices.delete(index=",".join(old))
+            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hybridsearch.errors import ConfigError, HybridSearchError
+from hybridsearch.errors import HybridSearchError
 
 
 def confirm(question: str, yes: bool) -> None:
@@ -191,8 +191,6 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
                                                + ", ".join(f"{k}={v}" for k, v in res.carried.items())
                                                if res.carried else "")))
     elif args.action == "merge":
-        if not args.timeout > 0 or args.timeout == float("inf"):
-            raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         quiet = args.quiet or args.json
         res = admin.merge(args.name, progress=None if quiet else lambda line: print(line, file=sys.stderr,
                                                                                         flush=True),
