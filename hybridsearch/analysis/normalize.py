@@ -15,17 +15,23 @@ from hybridsearch.errors import ConfigError
 
 _DASHES = re.compile("[\u2010-\u2015\u2212\ufe58\ufe63\uff0d]")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "\u2032": "'", "\uff07": "'"})
-_FOLD = str.maketrans({"ß": "ss", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "æ": "ae", "Æ": "AE",
+_FOLD = str.maketrans({"ß": "ss", "ẞ": "SS", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "æ": "ae", "Æ": "AE",
                        "œ": "oe", "Œ": "OE", "đ": "d", "Đ": "D", "ı": "i", "þ": "th", "ð": "d"})
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
+# invisible characters that text pasted from PDFs and web pages carries inside words: soft hyphen,
+# zero-width space and joiners, direction marks and embeddings, word joiner, byte order mark
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
+# \mathbb{R} or \mathbb R (an unbraced argument is one character, as in TeX): the argument alone
 _TEX_WRAP = re.compile(r"\\(?:mathbb|mathrm|mathcal|mathbf|mathfrak|mathsf|mathit|operatorname"
-                       r"|text|textrm|textbf|textit|emph)\s*\{([^{}]*)\}")
+                       r"|text|textrm|textbf|textit|emph)(?:\s*\{([^{}]*)\}|\s+([A-Za-z0-9]))")
 _TEX_WORDS = re.compile(r"\\(ell|infty|alpha|beta|gamma|delta|epsilon|lambda|mu|pi|sigma|omega|zeta|ast)"
                         r"(?![A-Za-z])")
 # a TeX word as the text spells it: \ell is ℓ (which NFKC makes l), \ast is *
 _TEX_SPELT = {"ell": "l", "ast": "*"}
-_SYMBOLS = str.maketrans({"\u221e": "infty"})  # L^∞ is L^\infty
+# L^∞ is L^\infty; the asterisk operator and the star operator (as PDFs write C*) are *
+_SYMBOLS = str.maketrans({"\u221e": "infty", "\u2217": "*", "\u22c6": "*"})
 _SUPERSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\^(?:\{([A-Za-z0-9*]{1,6})\}|([A-Za-z0-9*]))")
+_BRACED_SUBSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])_\{([A-Za-z0-9]{1,6})\}")  # L_{p} is L_p
 _DEFAULT_LEXICON = "math_lexicon.txt"
 
 
@@ -38,15 +44,20 @@ def fold_diacritics(text: str) -> str:
 
 
 def _generic(text: str) -> str:
+    if not text.isascii():
+        text = _INVISIBLE.sub("", text)
     text = unicodedata.normalize("NFKC", text)
     text = _DASHES.sub("-", text).translate(_QUOTES)
     text = fold_diacritics(text).translate(_SYMBOLS)
     if "\\" in text:
-        text = _TEX_WORDS.sub(lambda m: _TEX_SPELT.get(m.group(1), m.group(1)), _TEX_WRAP.sub(r"\1", text))
+        text = _TEX_WRAP.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+        text = _TEX_WORDS.sub(lambda m: _TEX_SPELT.get(m.group(1), m.group(1)), text)
     if "$" in text:
         text = text.replace("$", "")
     if "^" in text:
         text = _SUPERSCRIPT.sub(lambda m: m.group(1) + (m.group(2) or m.group(3)), text)
+    if "_{" in text:
+        text = _BRACED_SUBSCRIPT.sub(r"\1_\2", text)
     return text
 
 
@@ -58,7 +69,8 @@ class Lexicon:
         self.entries = entries
         if entries:
             alternatives = sorted(entries, key=len, reverse=True)
-            body = "|".join(re.escape(v) for v in alternatives)
+            # a variant's words may be apart by any whitespace (text wrapped across lines)
+            body = "|".join(re.escape(v).replace(r"\ ", r"\s+") for v in alternatives)
             self._regex: re.Pattern[str] | None = re.compile(
                 rf"(?<![\w*])(?:{body})(?=s?(?![\w*]))", re.IGNORECASE)
             # a match needs a variant as a substring of the lowered text: testing that first is much
@@ -118,19 +130,26 @@ class Lexicon:
         if self._regex is None:
             return text
         low = text.casefold()
+        if "\n" in low or "\t" in low or "\r" in low or "  " in low:
+            low = " ".join(low.split())
         if not any(a in low for a in self._anchors):
             return text
-        return self._regex.sub(lambda m: self.entries.get(m.group(0).casefold(), m.group(0)), text)
+        return self._regex.sub(lambda m: self.entries.get(_key(m.group(0)), m.group(0)), text)
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, canonical) of each variant in a pre-normalised text."""
         if self._regex is None:
             return []
         return [(m.start(), m.end(), c) for m in self._regex.finditer(text)
-                if (c := self.entries.get(m.group(0).casefold())) is not None]
+                if (c := self.entries.get(_key(m.group(0)))) is not None]
 
     def variants_of(self, canonical: str) -> list[str]:
         return sorted(v for v, c in self.entries.items() if c == canonical)
+
+
+def _key(matched: str) -> str:
+    """The entry a regex match stands for: case-folded, its words one space apart."""
+    return " ".join(matched.casefold().split())
 
 
 def _chained(entries: dict[str, str], where: dict[str, tuple[str, int]]) -> dict[str, str]:
