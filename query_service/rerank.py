@@ -209,7 +209,7 @@ class MathReranker:
         if not q:
             return {}
         qset = set(q)
-        joined = " " + " ".join(q) + " "
+        joined = " " + " ".join(_parts(q)) + " "
         out: dict[str, float] = {}
         for i in ids:
             info = infos.get(i)
@@ -220,13 +220,20 @@ class MathReranker:
             if entry is None:
                 if len(self._titles) > 100_000:
                     self._titles.clear()
-                entry = self._titles[key] = (" ".join(an.analyze(info.title)), *an.analyze_many(list(info.subjects)))
+                entry = self._titles[key] = (" ".join(_parts(an.analyze(info.title))),
+                                             *an.analyze_many(list(info.subjects)))
             title_text, *subjects = entry
             if title_text and f" {title_text} " in joined:
                 out[i] = 1.0
             elif subjects:
                 out[i] = len(qset & set(subjects)) / len(qset)
         return out
+
+
+def _parts(tokens: list[str]) -> list[str]:
+    """Tokens without the whole hyphenated terms, whose parts follow them: so that a title written
+    "Gauss–Bonnet theorem" and a query "Gauss Bonnet theorem" meet (and the other way round)."""
+    return [t for t in tokens if "-" not in t]
 
 
 def _semantic(cands: Candidates, cos: Mapping[str, float]) -> dict[str, float]:

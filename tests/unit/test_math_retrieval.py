@@ -80,6 +80,12 @@ def test_exact_name_match_survives_notation(searcher) -> None:
     res = searcher.search("C-star algebra definition and examples", "hybrid", k=5)
     named = [h for h in res.hits if h.components.get("field_match") == 1.0]
     assert named and res.hits[0].id == named[0].id, [(h.id, h.components) for h in res.hits]
+    # a hyphenated name typed with a space, or the other way round, is the same name
+    for query, named_id in (("Gauss Bonnet theorem", "geom-gauss-bonnet"), ("Borsuk Ulam theorem", "topo-borsuk-ulam"),
+                            ("Levi Civita connection", "geom-levi-civita-connection"),
+                            ("path-connected-space", "topo-path-connected-space")):
+        top = searcher.search(query, "hybrid", k=3).hits[0]
+        assert top.id == named_id and top.components["field_match"] == 1.0, (query, top)
 
 
 def test_time_budgets_fall_back_and_say_so(searcher) -> None:
