@@ -10,6 +10,7 @@ from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from hybridsearch.analysis.normalize import prenormalize
 from hybridsearch.errors import QueryError
 
 IntentName = Literal["lookup", "survey", "compare", "prereq", "related"]
@@ -45,8 +46,9 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
 # ordered: the first rule whose pattern occurs decides; its match is cut from the focus
 _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("prereq", "read-before", _rx(
-        r"what (?:should i|do i need to|to|must i|one should) (?:read|learn|know|study|understand)(?: first)?"
-        r"(?: before| for| to understand)?",
+        # "what should I know about X" asks about X itself, not what comes before it
+        r"what (?:should i|do i need to|to|must i|one should) (?:read|learn|know|study|understand)(?! about)"
+        r"(?: first)?(?: before| for| to understand)?",
         r"(?:read|learn|study|know) (?:first )?before", r"before (?:reading|learning|studying|tackling)",
         r"what do i need before")),
     ("prereq", "prerequisites", _rx(
@@ -60,7 +62,7 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"(?:statements|results|theorems|conditions) equivalent to", r"what else is like")),
     ("compare", "versus", _rx(
         r"vs\.?", r"versus", r"compared (?:with|to)", r"comparison (?:of|between)", r"differences? between",
-        r"how does .+? differ from", r"differs? from", r"contrast(?:ed|ing)? (?:with|between)?",
+        r"how does .{1,200}? differ from", r"differs? from", r"contrast(?:ed|ing)? (?:with|between)?",
         r"distinguish(?:ing)? between", r"(?:pros and cons|trade-?offs?) of")),
     ("survey", "overview", _rx(
         r"(?:an )?overview of", r"(?:a )?survey of", r"foundational (?:results|papers|works|references|theorems)"
@@ -83,10 +85,14 @@ _RECENCY = _rx(
     _LITERATURE + r" (?:from|in|of|over|during) the (?:last|past) (?:(?:few|several|two|three|four|five|ten|"
     r"twenty|\d+) )?(?:years|decades?)")
 # a framing phrase opens the query ("results similar to X", after a courtesy such as "please
-# list"); inside a statement ("A is related to B", "two variants of p18") it is content.
+# list", a question such as "which papers are", or an article: "an introduction to"); inside a
+# statement ("A is related to B", "two variants of p18") it is content.
 # Comparisons count anywhere.
 _COURTESY = re.compile(r"^(?:(?:please|kindly|find|list|show(?: me)?|give(?: me)?|i (?:need|want)|"
-                       r"can you (?:find|list|give me|show me)|recommend)\s+)*", re.IGNORECASE)
+                       r"can you (?:find|list|give me|show me)|recommend|"
+                       r"(?:what|which)(?: (?:papers|results|theorems|works|articles))? (?:are|is)"
+                       r"(?: the| some| a| an)?|"
+                       r"(?:an?|the)(?: (?:brief|short|quick|gentle|general))?)\s+)*", re.IGNORECASE)
 _EDGE = re.compile(r"^[\s,;:.?!]+|[\s,;:.?!]+$")
 
 
@@ -105,7 +111,7 @@ class RuleIntentClassifier:
         self.config = config or RulesConfig()
 
     def classify(self, query: str) -> Intent:
-        text = " ".join(query.split())
+        text = " ".join(prenormalize(query).split())  # "ｖｓ" is "vs", "trade‑offs" "trade-offs"
         recent = _RECENCY.search(text)
         recency = recent.group(0).lower() if recent is not None else None
         lead = _COURTESY.match(text)

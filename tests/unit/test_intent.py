@@ -47,6 +47,18 @@ TABLE = [
     ("statements equivalent to the axiom of choice", "related", "the axiom of choice"),
     ("papers similar to Shannon's mathematical theory of communication", "related",
      "Shannon's mathematical theory of communication"),
+    # everyday openings: an article, a question, a width or dash the keyboard chose
+    ("what should I know about the Brouwer fixed point theorem", "lookup", None),
+    ("What do I need to know about compactness", "lookup", None),
+    ("what should I read to understand the Nash embedding theorem", "prereq", "the Nash embedding theorem"),
+    ("An introduction to knot invariants", "survey", "knot invariants"),
+    ("The history of the four colour theorem", "survey", "the four colour theorem"),
+    ("a brief overview of ergodic theory", "survey", "ergodic theory"),
+    ("What are the main results of Hodge theory?", "survey", "Hodge theory"),
+    ("Which papers are similar to Turing's paper on computable numbers?", "related",
+     "Turing's paper on computable numbers"),
+    ("Lebesgue integral ｖｓ Riemann integral", "compare", "Lebesgue integral vs Riemann integral"),
+    ("trade\u2011offs of direct and iterative solvers", "compare", None),
 ]
 
 
