@@ -271,6 +271,19 @@ def test_a_restore_refuses_what_it_cannot_replace_and_undoes_a_failed_one(admin,
         assert admin.get(name).live.reindexed_from is None and engine.count() == 40 and engine_b.count() == 1
         meta = admin.client.indices.get_mapping(index=f"{name}-v3")[f"{name}-v3"]["mappings"]["_meta"]
         assert meta["hybridsearch"]["restored_from"] == f"{repo}:both"
+        # deleting a snapshot still being taken stops it: the question says so
+        admin.client.snapshot.create_repository(repository=f"{repo}-slow", body={"type": "fs", "settings": {
+            "location": f"{repo}-slow", "max_snapshot_bytes_per_sec": "20kb"}})
+        admin.client.snapshot.create(repository=f"{repo}-slow", snapshot="slow", body={
+            "indices": f"{name}-v3", "include_global_state": False,
+            "metadata": {"hybridsearch": {"indices": {name: f"{name}-v3"}}}}, params={"wait_for_completion": "false"})
+        asked = run("snapshot", "delete", "slow", "--repo", f"{repo}-slow", "--url", opensearch_url, stdin="")
+        assert asked.returncode == 2 and asked.stderr.strip() == (
+            f"error: delete snapshot 'slow' ({name}) at {opensearch_url}, which is IN_PROGRESS (deleting it stops "
+            "it): refused without --yes (stdin is not a terminal)"), asked.stderr
+        assert run("snapshot", "delete", "slow", "--repo", f"{repo}-slow", "--url", opensearch_url, "--yes"
+                   ).returncode == 0
+        admin.client.snapshot.delete_repository(repository=f"{repo}-slow")
         # a snapshot of an index named outright that has no live version is refused, not left out
         admin.client.indices.update_aliases(body={"actions": [{"remove": {"index": f"{other}-v1", "alias": other}}]})
         with pytest.raises(Exception, match=rf"no live version of {other} to snapshot"):

@@ -741,10 +741,10 @@ class Admin:
                 "seconds": s.get("duration_in_millis", 0) / 1000}
 
     def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None, *, state_ok: bool = False
-                ) -> tuple[dict[str, str], dict[str, str]]:
+                ) -> tuple[dict[str, str], dict[str, str], str]:
         """{logical index: concrete index} of a successful hybridsearch snapshot (of any state
-        with `state_ok`), for `names` (all by default), and the k-NN engine of each as recorded
-        (snapshots made before the record: none)."""
+        with `state_ok`), for `names` (all by default), the k-NN engine of each as recorded
+        (snapshots made before the record: none), and the snapshot's state."""
         check_snapshot_name(snapshot)
         with self.errors("read snapshot"):
             got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
@@ -765,26 +765,27 @@ class Admin:
                                          f"holds {', '.join(sorted(stored))}")
             stored = {n: stored[n] for n in names}
         knn = {n: e for n, e in (ours.get("knn_engines") or {}).items() if n in stored and e}
-        return stored, knn
+        return stored, knn, str(snaps[0].get("state"))
 
     def snapshot_delete(self, snapshot: str, repo: str | None = None,
-                        ask: Callable[[dict[str, str]], None] | None = None) -> dict[str, Any]:
+                        ask: Callable[[dict[str, str], str], None] | None = None) -> dict[str, Any]:
         """Delete a snapshot that `snapshot create` made (one without our metadata is refused),
-        after `ask` (given {logical index: concrete index}) returns; the repository keeps the files
-        other snapshots share."""
+        after `ask` (given {logical index: concrete index} and the snapshot's state: deleting one
+        IN_PROGRESS stops it) returns; the repository keeps the files other snapshots share."""
         check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
-        stored, _ = self._stored(snapshot, repo, None, state_ok=True)
+        stored, _, state = self._stored(snapshot, repo, None, state_ok=True)
         if ask is not None:
-            ask(stored)
-        with self.errors("delete snapshot"):
-            self.client.snapshot.delete(repository=repo, snapshot=snapshot)
+            ask(stored, state)
+        with self.errors("delete snapshot"):  # one IN_PROGRESS is stopped first, which takes a while
+            self.client.snapshot.delete(repository=repo, snapshot=snapshot,
+                                        params={"request_timeout": self.settings.opensearch_snapshot_timeout})
         return {"snapshot": snapshot, "repository": repo, "indices": stored}
 
     def restore_conflicts(self, snapshot: str, repo: str | None = None,
                           names: Sequence[str] | None = None) -> list[str]:
         """The existing logical indices a restore of `snapshot` would replace."""
-        stored, _ = self._stored(snapshot, self._check_repo(repo), names)
+        stored, _, _ = self._stored(snapshot, self._check_repo(repo), names)
         return sorted(ix.name for ix in self.indices() if ix.name in stored)
 
     def snapshot_restore(self, snapshot: str, repo: str | None = None, names: Sequence[str] | None = None,
@@ -799,7 +800,7 @@ class Admin:
         the indices restored before it."""
         check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
-        stored, knn = self._stored(snapshot, repo, names)
+        stored, knn, _ = self._stored(snapshot, repo, names)
         present = {ix.name: ix for ix in self.indices() if ix.name in stored}
         if present and not replace:
             raise ConfigError(f"index {', '.join(sorted(present))} exists at {self.url}; pass --yes to replace it")

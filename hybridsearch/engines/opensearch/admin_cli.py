@@ -251,8 +251,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                   f"{res['snapshot']!r} in {res['seconds']:.1f} s"
                   + (f"; replaced {', '.join(res['replaced'])}" if res["replaced"] else ""))
         elif args.action == "delete":
-            res = admin.snapshot_delete(args.name, args.repo, ask=lambda stored: confirm(
-                f"delete snapshot {args.name!r} ({', '.join(stored)}) at {admin.url}?", args.yes))
+            res = admin.snapshot_delete(args.name, args.repo, ask=lambda stored, state: confirm(
+                f"delete snapshot {args.name!r} ({', '.join(stored)}) at {admin.url}"
+                + ("" if state == "SUCCESS" else f", which is {state} (deleting it stops it)") + "?", args.yes))
             _emit(args, res, lambda: f"deleted snapshot {res['snapshot']!r} "
                   f"({', '.join(res['indices'])}) from {res['repository']!r}")
     finally:
