@@ -90,14 +90,14 @@ def _opensearch_target(args: argparse.Namespace, default_index: str | None = Non
 
 
 def _port(value: str) -> int:
-    if not value.isdigit() or int(value) > 65535:
+    if not (value.isascii() and value.isdigit()) or int(value) > 65535:
         raise argparse.ArgumentTypeError(f"a port is a whole number from 0 to 65535, got {value!r}")
     return int(value)
 
 
 def fixed_port(value: str) -> int:
     """A port to listen on that a client can be told in advance (1..65535: not 0, any free one)."""
-    if not value.isdigit() or not 1 <= int(value) <= 65535:
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {value!r}")
     return int(value)
 

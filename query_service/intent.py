@@ -10,7 +10,7 @@ from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from hybridsearch.analysis.normalize import prenormalize
+from hybridsearch.analysis.normalize import unify_dashes
 from hybridsearch.errors import QueryError
 
 IntentName = Literal["lookup", "survey", "compare", "prereq", "related"]
@@ -65,11 +65,12 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"how does .{1,200}? differ from", r"differs? from", r"contrast(?:ed|ing)? (?:with|between)?",
         r"distinguish(?:ing)? between", r"(?:pros and cons|trade-?offs?) of")),
     ("survey", "overview", _rx(
-        r"(?:an )?overview of", r"(?:a )?survey of", r"foundational (?:results|papers|works|references|theorems)"
+        r"(?:(?:an?|the)(?: brief| short| quick| gentle| general)? )?(?:overview of|survey of|introduction to|"
+        r"history of|review of)", r"foundational (?:results|papers|works|references|theorems)"
         r"(?: in| on| of)?", r"classic(?:al)? (?:results|papers|references) (?:in|on|of)",
-        r"introduction to", r"(?:the )?main (?:results|theorems|tools|methods|ideas|techniques) (?:of|in|for)",
+        r"(?:the )?main (?:results|theorems|tools|methods|ideas|techniques) (?:of|in|for)",
         r"key (?:results|theorems|ideas) (?:of|in)", r"(?:landmark|seminal) (?:papers|results|works) (?:in|on|of)",
-        r"history of", r"review of", r"(?:the )?different (?:notions|kinds|types) of")),
+        r"(?:the )?different (?:notions|kinds|types) of")),
 )
 # asking for recent work, anywhere in the query: a word of recency with a noun for literature or
 # results ("recent advances", "the latest papers", "state-of-the-art methods", "current research",
@@ -85,15 +86,23 @@ _RECENCY = _rx(
     _LITERATURE + r" (?:from|in|of|over|during) the (?:last|past) (?:(?:few|several|two|three|four|five|ten|"
     r"twenty|\d+) )?(?:years|decades?)")
 # a framing phrase opens the query ("results similar to X", after a courtesy such as "please
-# list", a question such as "which papers are", or an article: "an introduction to"); inside a
-# statement ("A is related to B", "two variants of p18") it is content.
+# list" or a question such as "which papers are"); inside a statement ("A is related to B", "the
+# variants of p18 raise the risk") it is content.
 # Comparisons count anywhere.
 _COURTESY = re.compile(r"^(?:(?:please|kindly|find|list|show(?: me)?|give(?: me)?|i (?:need|want)|"
                        r"can you (?:find|list|give me|show me)|recommend|"
                        r"(?:what|which)(?: (?:papers|results|theorems|works|articles))? (?:are|is)"
-                       r"(?: the| some| a| an)?|"
-                       r"(?:an?|the)(?: (?:brief|short|quick|gentle|general))?)\s+)*", re.IGNORECASE)
+                       r"(?: the| some| a| an)?)\s+)*", re.IGNORECASE)
 _EDGE = re.compile(r"^[\s,;:.?!]+|[\s,;:.?!]+$")
+
+
+_FULLWIDTH = str.maketrans({0xFF01 + i: 0x21 + i for i in range(94)})  # "ｖｓ" is "vs"
+
+
+def _plain(text: str) -> str:
+    """Text for the rules, of the same length (so a match's span is the text's): fullwidth forms
+    and dashes ("trade‑offs") as a keyboard types them."""
+    return unify_dashes(text.translate(_FULLWIDTH))
 
 
 class RulesConfig(BaseModel):
@@ -111,13 +120,14 @@ class RuleIntentClassifier:
         self.config = config or RulesConfig()
 
     def classify(self, query: str) -> Intent:
-        text = " ".join(prenormalize(query).split())  # "ｖｓ" is "vs", "trade‑offs" "trade-offs"
-        recent = _RECENCY.search(text)
+        text = " ".join(query.split())
+        plain = _plain(text)  # matched on, as long as text, whose words make the focus
+        recent = _RECENCY.search(plain)
         recency = recent.group(0).lower() if recent is not None else None
-        lead = _COURTESY.match(text)
+        lead = _COURTESY.match(plain)
         opening = lead.end() if lead is not None else 0
         for intent, rule, pattern in _RULES:
-            m = pattern.search(text)
+            m = pattern.search(plain)
             if m is None or (intent != "compare" and m.start() > opening):
                 continue
             if intent == "compare":  # "A vs B" keeps both sides: the focus is the whole query

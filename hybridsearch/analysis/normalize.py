@@ -19,8 +19,9 @@ _FOLD = str.maketrans({"ß": "ss", "ẞ": "SS", "ø": "o", "Ø": "O", "ł": "l",
                        "œ": "oe", "Œ": "OE", "đ": "d", "Đ": "D", "ı": "i", "þ": "th", "ð": "d"})
 _COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 # invisible characters that text pasted from PDFs and web pages carries inside words: soft hyphen,
-# zero-width space and joiners, direction marks and embeddings, word joiner, byte order mark
-_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
+# zero-width joiners, direction marks and embeddings, word joiner, byte order mark; the zero-width
+# space marks a break between words, so it is a space
+_INVISIBLE = re.compile("[\u00ad\u200c-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
 # \mathbb{R} or \mathbb R (an unbraced argument is one character, as in TeX): the argument alone
 _TEX_WRAP = re.compile(r"\\(?:mathbb|mathrm|mathcal|mathbf|mathfrak|mathsf|mathit|operatorname"
                        r"|text|textrm|textbf|textit|emph)(?:\s*\{([^{}]*)\}|\s+([A-Za-z0-9]))")
@@ -33,6 +34,12 @@ _SYMBOLS = str.maketrans({"\u221e": "infty", "\u2217": "*", "\u22c6": "*"})
 _SUPERSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])\^(?:\{([A-Za-z0-9*]{1,6})\}|([A-Za-z0-9*]))")
 _BRACED_SUBSCRIPT = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])_\{([A-Za-z0-9]{1,6})\}")  # L_{p} is L_p
 _DEFAULT_LEXICON = "math_lexicon.txt"
+_SPACES = re.compile(r"[^\S ]|  ")  # whitespace other than one space
+
+
+def unify_dashes(text: str) -> str:
+    """Every dash and minus as "-" (one character for one)."""
+    return _DASHES.sub("-", text)
 
 
 def fold_diacritics(text: str) -> str:
@@ -45,19 +52,21 @@ def fold_diacritics(text: str) -> str:
 
 def _generic(text: str) -> str:
     if not text.isascii():
-        text = _INVISIBLE.sub("", text)
+        text = _INVISIBLE.sub("", text).replace("\u200b", " ")
     text = unicodedata.normalize("NFKC", text)
-    text = _DASHES.sub("-", text).translate(_QUOTES)
+    text = unify_dashes(text).translate(_QUOTES)
     text = fold_diacritics(text).translate(_SYMBOLS)
+    # each step's output is left alone by the steps before it, so that normalising twice gives
+    # what normalising once does (a query's focus is normalised text analysed again)
     if "\\" in text:
-        text = _TEX_WRAP.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
         text = _TEX_WORDS.sub(lambda m: _TEX_SPELT.get(m.group(1), m.group(1)), text)
+        text = _TEX_WRAP.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
     if "$" in text:
         text = text.replace("$", "")
-    if "^" in text:
-        text = _SUPERSCRIPT.sub(lambda m: m.group(1) + (m.group(2) or m.group(3)), text)
     if "_{" in text:
         text = _BRACED_SUBSCRIPT.sub(r"\1_\2", text)
+    if "^" in text:
+        text = _SUPERSCRIPT.sub(lambda m: m.group(1) + (m.group(2) or m.group(3)), text)
     return text
 
 
@@ -130,7 +139,7 @@ class Lexicon:
         if self._regex is None:
             return text
         low = text.casefold()
-        if "\n" in low or "\t" in low or "\r" in low or "  " in low:
+        if _SPACES.search(low):  # the words of a variant may be apart by other whitespace
             low = " ".join(low.split())
         if not any(a in low for a in self._anchors):
             return text

@@ -419,14 +419,14 @@ def check_lexicon(stored: str | None, analyzer: Analyzer, where: str) -> None:
 
 def stale_analysis(stored: Any, what: str, where: str) -> str | None:
     """Why an index's `what` may not match this process's queries (None when they do): the index
-    records the analysis rules it was made with (`ANALYSIS_RULES`); one made before it recorded
-    them holds none, and counts as rules 1."""
-    rules = stored if isinstance(stored, int) else 1
-    if rules == ANALYSIS_RULES:
+    records the analysis rules it was made with (`ANALYSIS_RULES`); one made before indexes
+    recorded them holds none."""
+    if stored == ANALYSIS_RULES:
         return None
-    return (f"{where} holds {what} made with analysis rules {rules}, and this version analyses with rules "
-            f"{ANALYSIS_RULES}: text in the notations that changed (such as TeX \\ell, \\ast, \\infty) may "
-            "not match queries; ingest into a new index to bring them up to date")
+    made = f"analysis rules {stored}" if isinstance(stored, int) else "analysis rules older than recorded ones"
+    return (f"{where} holds {what} made with {made}, and this version analyses with rules {ANALYSIS_RULES} "
+            "(hybridsearch/analysis/tokenizer.py lists what each changed): text in the notations that changed "
+            "may not match queries; ingest into a new index to bring them up to date")
 
 
 def is_url(target: str) -> bool:

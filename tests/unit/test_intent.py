@@ -57,7 +57,9 @@ TABLE = [
     ("What are the main results of Hodge theory?", "survey", "Hodge theory"),
     ("Which papers are similar to Turing's paper on computable numbers?", "related",
      "Turing's paper on computable numbers"),
-    ("Lebesgue integral ｖｓ Riemann integral", "compare", "Lebesgue integral vs Riemann integral"),
+    ("Lebesgue integral ｖｓ Riemann integral", "compare", "Lebesgue integral ｖｓ Riemann integral"),
+    ("The variants of BRCA1 increase cancer risk", "lookup", None),  # a statement, not a framing
+    ("related to $x_{i}^{2}$ bounds", "related", "$x_{i}^{2}$ bounds"),  # the focus as typed
     ("trade\u2011offs of direct and iterative solvers", "compare", None),
 ]
 

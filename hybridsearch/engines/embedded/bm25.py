@@ -64,9 +64,10 @@ class Bm25Index:
                     if applied.get("store") not in (None, "", store_id):
                         self.rebuilt = "it was built from another store"
                         raise ValueError(self.rebuilt)
-                    rules = applied.get("analysis", 1)  # 1: recorded before the rules were
+                    rules = applied.get("analysis")  # None: written before the rules were recorded
                     if (path / "meta.json").exists() and rules != ANALYSIS_RULES:
-                        self.rebuilt = f"it was analysed with rules {rules}, and these are rules {ANALYSIS_RULES}"
+                        made = f"rules {rules}" if rules is not None else "rules older than recorded ones"
+                        self.rebuilt = f"it was analysed with {made}, and these are rules {ANALYSIS_RULES}"
                         raise ValueError(self.rebuilt)
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
                 except ValueError:
