@@ -761,3 +761,80 @@ def test_metadata_written_by_processes_at_once_all_holds(admin, name) -> None:
     reader = admin.engine(name)
     assert {f"k{n}-{i}": reader.get_meta(f"k{n}-{i}") for n in range(4) for i in range(8)} == {
         f"k{n}-{i}": {"n": n, "i": i} for n in range(4) for i in range(8)}
+
+
+def test_a_long_restore_keeps_its_lock_and_a_lost_swap_answer_is_not_undone(admin, name, monkeypatch) -> None:
+    import opensearchpy
+
+    from hybridsearch.engines.opensearch import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "LOCK_TTL", 2.0)  # a holder silent for 2 s is taken for killed
+    monkeypatch.setattr(engine_mod, "LOCK_BEAT", 0.3)
+    repo = f"test-{uuid.uuid4().hex[:8]}"
+    engine = admin.engine(name)
+    engine.write(corpus(40), unit_vectors(40))
+    try:
+        admin.client.snapshot.create_repository(repository=repo, body={"type": "fs", "settings": {
+            "location": repo, "max_restore_bytes_per_sec": "40kb"}})  # a restore of several seconds
+        admin.snapshot_create("s", repo, [name])
+        refused: list[str] = []
+
+        def reindex_meanwhile() -> None:
+            time.sleep(3.5)  # the restore's lock would have gone silent for longer than LOCK_TTL
+            try:
+                admin.reindex(name)
+            except Exception as e:  # noqa: BLE001
+                refused.append(str(e))
+
+        t = threading.Thread(target=reindex_meanwhile)
+        t.start()
+        began = time.monotonic()
+        res = admin.snapshot_restore("s", repo, replace=True)
+        t.join()
+        assert time.monotonic() - began > 3.5, "the restore was too quick to show the lock held"
+        assert res["indices"] == {name: f"{name}-v2"}
+        assert refused and f"a reindex or restore of {name!r} is already running" in refused[0], refused
+        assert [v.index for v in admin.get(name).versions] == [f"{name}-v2"]
+        # the swap happens on the node but its answer is lost: the restore is finished, not undone
+        update = admin.client.indices.update_aliases
+
+        def swapped_then_lost(*args, **kwargs):
+            update(*args, **kwargs)
+            raise opensearchpy.exceptions.ConnectionTimeout("TIMEOUT", "read timed out", None)
+
+        monkeypatch.setattr(admin.client.indices, "update_aliases", swapped_then_lost)
+        monkeypatch.setattr(engine_mod, "LOCK_TTL", 60.0)
+        res = admin.snapshot_restore("s", repo, replace=True)
+        assert res["indices"] == {name: f"{name}-v1"}  # the snapshot's version number is free again
+        assert [(v.index, sorted(v.aliases)) for v in admin.get(name).versions] == [
+            (f"{name}-v1", [name, f"{name}-write"])]
+        assert engine.count() == 40
+    finally:
+        for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
+            admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
+        admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+        engine.close()
+
+
+def test_metadata_written_while_a_reindex_swaps_goes_along(admin, name, monkeypatch) -> None:
+    engine = admin.engine(name)
+    engine.write(corpus(20), unit_vectors(20))
+    other = admin.engine(name)
+    copies, writer = [], []
+    meta_for = admin._meta_for
+
+    def copy_then_write(old: str, new: str) -> dict:
+        got = meta_for(old, new)
+        copies.append(new)
+        if len(copies) == 2:  # the reindex's last copy of the metadata, just before its swap
+            writer.append(threading.Thread(target=other.set_meta, args=("written", {"during": "the swap"})))
+            writer[0].start()
+            writer[0].join(1.5)  # lands at once unless it waits for the swap
+        return got
+
+    monkeypatch.setattr(admin, "_meta_for", copy_then_write)
+    admin.reindex(name)
+    writer[0].join()
+    assert admin.engine(name).get_meta("written") == {"during": "the swap"}
+    engine.close()
+    other.close()

@@ -16,8 +16,9 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from hybridsearch.config import Settings, get_settings
 from hybridsearch.engines import stale_analysis
 from hybridsearch.engines.opensearch import queries as Q
 from hybridsearch.engines.opensearch.engine import (
+    LOCK_BEAT,
+    LOCK_TTL,
     LockLost,
     OpenSearchEngine,
     check_index_name,
@@ -174,6 +177,33 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
             else:
                 out.extend(missing_fields(spec, theirs[f], f"{prefix}{f}."))
     return out
+
+
+@contextlib.contextmanager
+def _beating(beats: Sequence[Callable[[bool], None]]) -> Iterator[None]:
+    """Keep cluster locks alive (their `beat`s) from a thread while the block makes one long call
+    (a restore waits on the node for as long as it takes); a lock lost meanwhile raises LockLost
+    at the end of the block."""
+    stop, lost = threading.Event(), []
+
+    def run() -> None:
+        while not stop.wait(1.0):
+            try:
+                for beat in beats:
+                    beat(False)
+            except Exception as e:  # noqa: BLE001 - the caller raises it
+                lost.append(e)
+                return
+
+    thread = threading.Thread(target=run, name="hybridsearch-lock-beat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    if lost:
+        raise lost[0]
 
 
 def check_snapshot_name(snapshot: str) -> None:
@@ -576,15 +606,18 @@ class Admin:
                 if before != after:
                     raise EngineError(f"reindex of {name!r} copied {after} of {before} documents; the aliases "
                                       f"were not moved and {new} was deleted")
-                # metadata written while copying (set_meta) goes along
-                self.client.indices.put_mapping(index=new, body={"_meta": self._meta_for(live.index, new)})
                 self.client.cluster.health(index=new, wait_for_status="yellow")
-                beat(True)  # still ours, so the index is as this run left it
-                self.client.indices.update_aliases(body={"actions": [
-                    {"remove": {"index": live.index, "alias": name}},
-                    {"add": {"index": new, "alias": name}},
-                    {"remove": {"index": live.index, "alias": f"{name}-write"}},
-                    {"add": {"index": new, "alias": f"{name}-write", "is_write_index": True}}]})
+                # metadata written while copying (set_meta) goes along: none is written between
+                # this copy and the swap (set_meta takes the same lock)
+                with cluster_lock(self.client, self.errors, f"meta:{name}", f"a metadata update of {name!r}",
+                                  wait=LOCK_TTL + LOCK_BEAT):
+                    self.client.indices.put_mapping(index=new, body={"_meta": self._meta_for(live.index, new)})
+                    beat(True)  # still ours, so the index is as this run left it
+                    self.client.indices.update_aliases(body={"actions": [
+                        {"remove": {"index": live.index, "alias": name}},
+                        {"add": {"index": new, "alias": name}},
+                        {"remove": {"index": live.index, "alias": f"{name}-write"}},
+                        {"add": {"index": new, "alias": f"{name}-write", "is_write_index": True}}]})
         except LockLost:
             raise  # the run that took over the lock cleans up after this one
         except BaseException as e:
@@ -801,10 +834,19 @@ class Admin:
         check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
         stored, knn, _ = self._stored(snapshot, repo, names)
+        t0 = time.perf_counter()
+        with contextlib.ExitStack() as locks:
+            beats = [locks.enter_context(cluster_lock(self.client, self.errors, f"reindex:{name}",
+                                                      f"a reindex or restore of {name!r}")) for name in sorted(stored)]
+            with _beating(beats):
+                return self._restore(snapshot, repo, stored, knn, replace, t0)
+
+    def _restore(self, snapshot: str, repo: str, stored: dict[str, str], knn: dict[str, str], replace: bool,
+                 t0: float) -> dict[str, Any]:
+        """`snapshot_restore` once it holds the indices' locks."""
         present = {ix.name: ix for ix in self.indices() if ix.name in stored}
         if present and not replace:
             raise ConfigError(f"index {', '.join(sorted(present))} exists at {self.url}; pass --yes to replace it")
-        t0 = time.perf_counter()
         restored: dict[str, str] = {}
         with self.errors("restore snapshot"):
             # before anything changes: the engine each index was made with (not known for a snapshot
@@ -825,20 +867,16 @@ class Admin:
             if held:
                 raise ConfigError(f"snapshot {snapshot!r}: {', '.join(held)} at {self.url} is taken by an index or "
                                   "alias that is not a hybridsearch index to replace; delete or rename it first")
-        with contextlib.ExitStack() as locks:
-            for name in sorted(targets):
-                locks.enter_context(cluster_lock(self.client, self.errors, f"reindex:{name}",
-                                                 f"a reindex or restore of {name!r}"))
-            for name, target in targets.items():
-                try:
-                    self._restore_one(snapshot, repo, name, stored[name], target, present.get(name))
-                except BaseException as e:
-                    done = f", after {', '.join(f'{k} ({v})' for k, v in restored.items())}" if restored else ""
-                    note = f"; restoring {name!r} from snapshot {snapshot!r}{done}"
-                    if isinstance(e, HybridSearchError) and e.args:
-                        e.args = (str(e.args[0]) + note, *e.args[1:])
-                    raise
-                restored[name] = target
+        for name, target in targets.items():
+            try:
+                self._restore_one(snapshot, repo, name, stored[name], target, present.get(name))
+            except BaseException as e:
+                done = f", after {', '.join(f'{k} ({v})' for k, v in restored.items())}" if restored else ""
+                note = f"; restoring {name!r} from snapshot {snapshot!r}{done}"
+                if isinstance(e, HybridSearchError) and e.args:
+                    e.args = (str(e.args[0]) + note, *e.args[1:])
+                raise
+            restored[name] = target
         return {"snapshot": snapshot, "repository": repo, "indices": restored, "replaced": sorted(present),
                 "seconds": time.perf_counter() - t0}
 
@@ -872,24 +910,42 @@ class Admin:
                 actions += [{"add": {"index": target, "alias": name}},
                             {"add": {"index": target, "alias": f"{name}-write", "is_write_index": True}}]
                 self.client.indices.update_aliases(body={"actions": actions})
+        except Exception as e:
+            if self._swapped(name, target):  # the aliases moved; only the answer was lost: finish below
+                _log.warning("restore of %s: %s; its aliases moved to %s, so it goes on", name, e, target)
+            else:
+                self._undo_restore(target, old, sent, e)
+                raise
         except BaseException as e:
-            # deleting the index ends a restore still under way; one whose request went unanswered
-            # (a timeout) may not have made it yet
-            cause = e.__cause__
-            answered = isinstance(cause, opensearchpy.exceptions.TransportError) and isinstance(cause.status_code, int)
-            deadline = time.monotonic() + (10.0 if sent and not answered else 0.0)
-            with contextlib.suppress(Exception):
-                while not self.client.indices.exists(index=target) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                self.client.indices.delete(index=target, ignore=404)
-            for index in old:
-                with contextlib.suppress(Exception):
-                    self._unblock(index)
-            if isinstance(e, HybridSearchError) and e.args:
-                e.args = (f"{e.args[0]}; the partial {target} was deleted" + (
-                    f" and {', '.join(old)} left as they were" if old else ""), *e.args[1:])
+            self._undo_restore(target, old, sent, e)
             raise
         with self.errors("restore snapshot"):
             if old:
                 self.client.indices.delete(index=",".join(old))
             apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
+
+    def _undo_restore(self, target: str, old: list[str], sent: bool, e: BaseException) -> None:
+        """A failed restore: delete `target` and lift the write block from `old`, saying in `e`
+        what was done (or what is left to do by hand)."""
+        # deleting the index ends a restore still under way; one whose request went unanswered (a
+        # timeout) may not have made it yet
+        cause = e.__cause__
+        answered = isinstance(cause, opensearchpy.exceptions.TransportError) and isinstance(cause.status_code, int)
+        deadline = time.monotonic() + (10.0 if sent and not answered else 0.0)
+        undone = []
+        try:
+            while not self.client.indices.exists(index=target) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.client.indices.delete(index=target, ignore=404)
+            undone.append(f"the partial {target} was deleted")
+        except Exception:
+            undone.append(f"deleting the partial {target} failed too: delete it by hand")
+        try:
+            for index in old:
+                self._unblock(index)
+            if old:
+                undone.append(f"{', '.join(old)} left as they were")
+        except Exception:
+            undone.append(f"lifting the write block on {', '.join(old)} failed too: lift it by hand")
+        if isinstance(e, HybridSearchError) and e.args:
+            e.args = (f"{e.args[0]}; {' and '.join(undone)}", *e.args[1:])
