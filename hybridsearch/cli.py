@@ -393,6 +393,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(args.keys).is_file():
         raise HybridSearchError(f"--keys {args.keys}: no keys file; `hybridsearch keys add NAME --file "
                                 f"{args.keys}` makes one")
+    from query_service.keys import KeyStore
+
+    KeyStore(Path(args.keys)).list()  # a file it cannot read is one line here, not a 503 on every request
     if _engine_name(args) == "opensearch":
         url, index = _opensearch_target(args)
         spec = {"target": url, "index": index, "options": {"index": index}}
@@ -414,6 +417,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from query_service.keys import KeyStore
 
     store = KeyStore(Path(args.file))
+    if args.action != "add" and not store.path.is_file():  # only `add` makes the file
+        raise HybridSearchError(f"--file {args.file}: no keys file; `hybridsearch keys add NAME --file "
+                                f"{args.file}` makes one")
     if args.action == "add":
         rights = _channels(args.rights)
         indices = _channels(args.indices)
