@@ -292,9 +292,10 @@ class _StallWatch:
                   "(Ctrl-C stops waiting; the job goes on)", file=sys.stderr, flush=True)
 
 
-def _follow_jobs(job_ids: list[str], quiet: bool) -> tuple[int, list[int]]:
-    """Progress bars fed from the jobs' state in Redis until they end; returns 1 if a batch was
-    dead-lettered (saying how to retry), else 0, and the chunks each job did."""
+def _follow_jobs(job_ids: list[str], quiet: bool, as_json: bool = False) -> tuple[int, list[int]]:
+    """Progress bars fed from the jobs' state in Redis until they end, then a line on each (with
+    `as_json`, its state as `jobs --json` shows it); returns 1 if a batch was dead-lettered
+    (saying how to retry), else 0, and the chunks each job did."""
     from tqdm import tqdm
 
     from workers import jobs
@@ -322,7 +323,8 @@ def _follow_jobs(job_ids: list[str], quiet: bool) -> tuple[int, list[int]]:
         finally:
             bar.close()
         what = "" if by_batch else f"{st.docs_done} of {st.docs} chunks in "
-        print(f"job {job}: {st.kind}, {what}{st.done} of {st.batches} batches, {st.seconds:.1f}s, {st.status}")
+        print(json.dumps(st.as_dict()) if as_json else
+              f"job {job}: {st.kind}, {what}{st.done} of {st.batches} batches, {st.seconds:.1f}s, {st.status}")
         if st.failed:
             first = next(iter(jobs.failures(r, job).values()), "")
             print(f"error: {st.failed} batches of job {job} were dead-lettered (first: {first}); after fixing the "
@@ -371,9 +373,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
         target, index = _worker_target(args)
         with open_target(target, index):  # the index exists: say so here rather than in a dead letter
             pass
-        job = start("graph", target, index, [], 1)
-        print(f"queued the citation graph (job {job})", flush=True)
-        return _follow_jobs([job], args.quiet)[0] if args.wait else 0
+        job = start("graph", target, index, [], 1, force=args.force)
+        if not args.json:
+            print(f"queued the citation graph (job {job})", flush=True)
+        if args.wait:
+            return _follow_jobs([job], args.quiet, as_json=args.json)[0]
+        if args.json:  # the job's state, as `jobs --json` shows it
+            from workers import jobs
+
+            print(json.dumps(jobs.state(jobs.client(redis_url()), job).as_dict()))
+        return 0
     if _engine_name(args) == "opensearch":
         url, index = _opensearch_target(args)
         summary, built = graph_at(url, index, force=args.force)
@@ -727,7 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="build even if the stored graph has the same input")
     s.add_argument("--enqueue", action="store_true", help="build it in a Celery worker (the graph queue)")
     s.add_argument("--wait", action="store_true", help="with --enqueue: follow the job until it ends")
-    s.add_argument("--json", action="store_true", help="print the graph's summary as JSON")
+    s.add_argument("--json", action="store_true", help="print the graph's summary as JSON (with --enqueue: "
+                   "the job's state, as `jobs --json` shows it)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_graph)
 

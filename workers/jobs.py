@@ -1,8 +1,9 @@
 """Backfill jobs: a corpus's embedding or HDC encoding fanned out over Celery batches (or its
 citation graph, one batch), with its state in Redis so that any process can follow it, list it and retry what failed.
 
-Keys (`hybridsearch:job:<id>`): a hash with the job's kind, target, index, totals, counters and
-status; `:batches` (batch number -> JSON ids), `:done` (a set of finished batch numbers) and
+Keys (`hybridsearch:job:<id>`): a hash with the job's kind, target, index, totals, counters,
+status and whether a graph job is forced; `:batches` (batch number -> JSON ids), `:done` (a set of
+finished batch numbers) and
 `:failed` (batch number -> the error of a dead-lettered batch) and `:deliveries` (how often each
 task message was delivered). A batch is recorded once however
 often it is delivered (the set decides), and whichever batch finishes the job records its
@@ -42,6 +43,7 @@ class JobState:
     docs_done: int
     created: float
     finished: float | None
+    force: bool = False  # a graph job that builds even an unchanged graph (kept for `jobs retry`)
 
     @property
     def seconds(self) -> float:
@@ -56,7 +58,7 @@ def client(url: str, timeout: float = 10.0) -> redis.Redis:
 
 
 def create(r: redis.Redis, kind: str, target: str, index: str | None, batches: Sequence[Sequence[str]],
-           ttl: int) -> str:
+           ttl: int, *, force: bool = False) -> str:
     """Record a new job and its batches; returns its id."""
     if kind not in KINDS:
         raise ConfigError(f"job kind {kind!r}; valid: {', '.join(KINDS)}")
@@ -65,7 +67,7 @@ def create(r: redis.Redis, kind: str, target: str, index: str | None, batches: S
     pipe = r.pipeline()
     pipe.hset(key, mapping={"kind": kind, "target": target, "index": index or "", "status": "running",
                             "batches": len(batches), "docs": sum(len(b) for b in batches), "docs_done": 0,
-                            "created": time.time(), "finished": ""})
+                            "created": time.time(), "finished": "", "force": int(force)})
     if batches:
         pipe.hset(key + ":batches", mapping={str(i): json.dumps(list(b)) for i, b in enumerate(batches)})
     else:
@@ -133,7 +135,7 @@ def state(r: redis.Redis, job: str) -> JobState:
         raise IndexNotFoundError(f"no job {job!r} (`hybridsearch jobs` lists them)")
     return JobState(job, h["kind"], h["target"], h["index"] or None, h["status"], int(h["batches"]), done, failed,
                     int(h["docs"]), int(h["docs_done"]), float(h["created"]),
-                    float(h["finished"]) if h["finished"] else None)
+                    float(h["finished"]) if h["finished"] else None, h.get("force") == "1")
 
 
 def failures(r: redis.Redis, job: str) -> dict[int, str]:

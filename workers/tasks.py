@@ -70,10 +70,12 @@ def hdc_encode(target: str, ids: list[str], index: str | None = None, job: str |
 
 
 @app.task(name="hybridsearch.graph", base=JobTask, **RETRY)
-def graph(target: str, index: str | None = None, job: str | None = None, batch: int | None = None) -> int:
+def graph(target: str, index: str | None = None, job: str | None = None, batch: int | None = None,
+          force: bool = False) -> int:
     """Build an index's citation graph (neighbour lists and authority) and store it with the
-    index, unless it was built from the same input already; returns the works in the graph."""
-    summary, _ = graph_at(target, index)
+    index, unless it was built from the same input already (and not `force`); returns the works
+    in the graph."""
+    summary, _ = graph_at(target, index, force=force)
     return _recorded(summary.works, 0, job, batch)
 
 
@@ -102,26 +104,30 @@ def _dead_letter_revoked(sender: Any = None, request: Any = None, terminated: bo
         jobs.record(jobs.client(redis_url()), kwargs["job"], int(kwargs["batch"]), error=why)
 
 
-def submit(kind: str, target: str, index: str | None, job: str, batches: dict[int, list[str]]) -> None:
-    """Send batches of a job as one group of tasks."""
+def submit(kind: str, target: str, index: str | None, job: str, batches: dict[int, list[str]],
+           force: bool = False) -> None:
+    """Send batches of a job as one group of tasks (`force`: a graph job builds even an unchanged
+    graph)."""
     expires = get_settings().worker_task_expires
     task = TASKS[kind]
+    extra = {"force": True} if force else {}
     try:
         group(task.signature((target, index) if kind == "graph" else (target, ids, index),
-                             {"job": job, "batch": n}, expires=expires)
+                             {"job": job, "batch": n, **extra}, expires=expires)
               for n, ids in batches.items()).apply_async()
     except (OperationalError, redis.RedisError) as e:
         raise EngineUnavailableError(f"could not send the tasks of job {job} to the broker ({e}); "
                                      f"`hybridsearch jobs retry {job}` sends what is missing") from e
 
 
-def start(kind: str, target: str, index: str | None, ids: list[str], chunk: int) -> str:
+def start(kind: str, target: str, index: str | None, ids: list[str], chunk: int, *, force: bool = False) -> str:
     """Record a job over `ids` in batches of `chunk` and send its tasks; returns the job id. A
-    graph job is one batch over the whole index (PageRank is global), whatever `ids`."""
+    graph job is one batch over the whole index (PageRank is global), whatever `ids`; with
+    `force` it builds the graph even if the stored one has the same input."""
     r = jobs.client(redis_url())
     batches = [[]] if kind == "graph" else [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
-    job = jobs.create(r, kind, target, index, batches, get_settings().worker_job_ttl)
-    submit(kind, target, index, job, dict(enumerate(batches)))
+    job = jobs.create(r, kind, target, index, batches, get_settings().worker_job_ttl, force=force)
+    submit(kind, target, index, job, dict(enumerate(batches)), force)
     return job
 
 
@@ -134,5 +140,5 @@ def retry(job: str) -> int:
     batches = jobs.unfinished(r, job)
     if batches:
         jobs.reopen(r, job, list(batches))
-        submit(st.kind, st.target, st.index, job, batches)
+        submit(st.kind, st.target, st.index, job, batches, st.force)
     return len(batches)

@@ -476,6 +476,56 @@ def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url,
     assert f"job {job}: embed, 242 of 242 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
 
 
+def _graph_works(idx: Path, works: int | None = None) -> int:
+    """The works the stored graph's summary counts; with `works`, first make it say so (its input
+    hash unchanged, so only a forced build replaces it)."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(idx / "store.sqlite")) as c, c:
+        if works is not None:
+            c.execute("UPDATE meta SET value = json_set(value, '$.works', ?) WHERE key = 'graph'", (works,))
+        return int(json.loads(c.execute("SELECT value FROM meta WHERE key = 'graph'").fetchone()[0])["works"])
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_an_enqueued_graph_job_keeps_force_and_prints_json(redis_url, tmp_path) -> None:
+    """`graph --enqueue --force` builds an unchanged graph in the worker, and so does `jobs retry`
+    of such a job (the worker used to find the input unchanged and do nothing); `--json` prints the
+    job's state as `jobs --json` does, not text lines."""
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/8"}
+    idx = tmp_path / "idx"
+    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+                          capture_output=True).returncode == 0
+    assert _graph_works(idx, 1) == 1
+    queued = subprocess.run([EXE, "graph", "--index-dir", str(idx), "--enqueue", "--force", "--json"], env=env,
+                            capture_output=True, text=True)
+    assert queued.returncode == 0, queued.stderr
+    st = json.loads(queued.stdout)
+    assert (st["kind"], st["status"], st["force"], st["batches"]) == ("graph", "running", True, 1)
+    away = tmp_path / "away"
+    idx.rename(away)  # the forced batch is dead-lettered; `jobs retry` sends it again, forced
+    worker = start_worker(env)
+    try:
+        assert _wait_job(env, st["id"], 120)["status"] == "failed"
+        away.rename(idx)
+        fixed = subprocess.run([EXE, "jobs", "retry", st["id"], "--wait", "-q"], env=env, capture_output=True,
+                               text=True, timeout=120)
+        assert fixed.returncode == 0 and ", done" in fixed.stdout, fixed.stderr
+        assert _graph_works(idx) == 242
+        _graph_works(idx, 1)
+        runs = [subprocess.run([EXE, "graph", "--index-dir", str(idx), "--enqueue", "--wait", "--json", "-q", *force],
+                               env=env, capture_output=True, text=True, timeout=120) for force in ([], ["--force"])]
+        works = _graph_works(idx)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    plain, forced = (json.loads(r.stdout) for r in runs)
+    assert (plain["status"], plain["force"], forced["status"], forced["force"]) == ("done", False, "done", True)
+    assert works == 242 and all(r.returncode == 0 and r.stdout.count("\n") == 1 for r in runs)
+
+
 def _wait_job(env: dict[str, str], job: str, timeout: float) -> dict:
     deadline = time.time() + timeout
     while True:
