@@ -555,13 +555,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         target = args.index_dir or str(Path(".hybridsearch/eval") / dataset.resolve().name)
     for option, out in (("--json", args.json), ("--plot", args.plot)):  # before the runs, not after
+        if out and Path(out).is_dir():
+            raise ConfigError(f"{option} {out}: a directory, not a file to write")
         if out and not Path(out).resolve().parent.is_dir():
             raise ConfigError(f"{option} {out}: no directory {Path(out).resolve().parent}")
     results = run_eval(dataset, specs, target=target, split=args.split, progress=not args.quiet,
                        log=lambda m: print(m, file=sys.stderr), engine_options=options)
     print(format_table(results))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        try:
+            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        except OSError as e:
+            raise HybridSearchError(f"--json {args.json}: cannot write it ({e.strerror or e})") from e
     if args.plot:
         plot(results, Path(args.plot), title=f"{dataset.resolve().name} ({args.split})")
     return 0

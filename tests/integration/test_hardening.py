@@ -218,11 +218,24 @@ def test_bad_arguments_are_one_line(demo_copy, tmp_path, capsys) -> None:
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "bm25,bm2"], "no channel named 'bm2'"),
         (["search", "x", "--index-dir", str(DEMO / "corpus.jsonl")], "a file, not an index directory"),
         (["search", "x", "--index-dir", idx, "--date-from", "19x5"], "expected YYYY or YYYY-MM"),
+        (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--profiles", "lexical", "--json", str(tmp_path)],
+         f"--json {tmp_path}: a directory, not a file to write"),
+        (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--profiles", "lexical", "--plot", str(tmp_path)],
+         f"--plot {tmp_path}: a directory, not a file to write"),
     ]
     for argv, message in cases:
         code, _, err = run(capsys, *argv)
         assert code == 2 and message in one_error_line(err), (argv, err)
     assert not (tmp_path / "ev").exists()  # a misspelt run fails before eval builds its index
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_eval_whose_json_cannot_be_written_is_one_line(tmp_path, capsys) -> None:
+    code, out, err = run(capsys, "eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--profiles", "lexical",
+                         "--json", "/dev/full", "-q")
+    assert code == 2 and "lexical" in out and "Traceback" not in err  # the table first; the index was built
+    assert err.splitlines()[-1] == "error: --json /dev/full: cannot write it (No space left on device)", err
 
 
 @pytest.mark.integration
