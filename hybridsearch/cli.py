@@ -240,9 +240,15 @@ def _profile_for(args: argparse.Namespace) -> Any:
 
 def _filters(args: argparse.Namespace) -> Any:
     """The search filters the options name (None when none)."""
+    from hybridsearch.errors import ValidationError
     from hybridsearch.models import DateRange, Filters
 
     dates = DateRange(gte=args.date_from, lte=args.date_to) if args.date_from or args.date_to else None
+    if dates is not None:
+        try:
+            dates.bounds()  # checked here, to name the options
+        except ValidationError as e:
+            raise HybridSearchError(f"--date-from/--date-to: {e.message}") from e
     f = Filters(date_range=dates, subjects=args.subject, sources=args.source, kind=args.kind, license=args.license)
     return None if f.is_empty() else f
 

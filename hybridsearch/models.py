@@ -191,8 +191,12 @@ class DateRange(_Model):
     lte: str | int | None = None
 
     def bounds(self) -> tuple[int | None, int | None]:
-        """The bounds as year*100+month integers, the form the engines index."""
-        return _ym(self.gte, lower=True), _ym(self.lte, lower=False)
+        """The bounds as year*100+month integers, the form the engines index; a range that holds
+        no date is refused (it would match nothing, silently)."""
+        lo, hi = _ym(self.gte, lower=True), _ym(self.lte, lower=False)
+        if lo is not None and hi is not None and lo > hi:
+            raise ValidationError(f"the range is empty: {self.gte!r} is after {self.lte!r}", field="date_range")
+        return lo, hi
 
 
 def _ym(value: str | int | None, *, lower: bool) -> int | None:

@@ -253,8 +253,11 @@ class Searcher:
                 spec = ChannelSpec(k=esc.k, config=esc.config)
                 lists[esc.channel] = _ties_by_id(self._channel(esc.channel, spec).retrieve(ctx, engine, esc.k))
                 stages["escalation"] = {"ms": _ms(t), "channel": esc.channel, "hits": len(lists[esc.channel])}
+        matched = any(len(rl) for rl in lists.values())
         cosines: dict[str, float] | None = None  # known cosines, when a semantic rule applies
-        if prof.semantic_floor is not None or prof.min_semantic is not None or prof.domain_check is not None:
+        # nothing found is no out-of-domain query: there is no candidate for a semantic rule to judge
+        semantic = prof.semantic_floor is not None or prof.min_semantic is not None or prof.domain_check is not None
+        if matched and semantic:
             t = time.perf_counter()
             lists, reason, cosines, named = self._semantic_floor(prof, ctx, engine, lists)
             stages["semantic_floor"] = {"ms": _ms(t), "hits": {c: len(rl) for c, rl in lists.items()}}
@@ -329,8 +332,10 @@ class Searcher:
             stages["evidence"] = {"ms": _ms(t), "items": len(evidence.items), "tokens": evidence.tokens}
         _total(diag, t0, ctx)
         if not hits:
+            filtered = filters is not None and not filters.is_empty()
             diag["reason"] = ("every candidate fell below the score floors" if "prune" in stages
-                              else "no channel returned a match")
+                              else "no channel returned a match" if matched
+                              else f"nothing matched the query{' and the filters' if filtered else ''}")
         return SearchResult.model_construct(query=query, hits=hits, diagnostics=diag, evidence=evidence)
 
     def _intent(self, query: str, given_name: str | None) -> Intent:

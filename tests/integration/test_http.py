@@ -124,6 +124,8 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "k": 0}, 422, "k:"),
         (k["all"], {"query": "x", "filters": {"date_range": {"gte": "19x5"}}}, 422, "YYYY"),
         (k["all"], {"query": "x", "filters": {"date_range": {"gte": "20000"}}}, 422, "year out of range"),
+        (k["all"], {"query": "x", "filters": {"date_range": {"gte": "2000", "lte": "1990"}}}, 422,
+         "field 'date_range': the range is empty"),
         (k["all"], {"query": "x", "filters": {"subjects": ["topology", " "]}}, 422, "field 'subjects': a blank value"),
         (k["all"], {"query": "x", "profile": "nope"}, 422, "nope"),
         (k["all"], {"query": "x", "profile": "/etc/hostname.yaml"}, 422, "unknown profile '/etc/hostname.yaml'"),

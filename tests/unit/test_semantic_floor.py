@@ -56,3 +56,27 @@ def test_min_semantic_drops_low_cosine_candidates(demo_copy, encoder) -> None:
         assert len(plain.hits) > len(res.hits)
         assert res.diagnostics["embed_ms"] > 0 and "embed_ms" not in plain.diagnostics  # lexical embeds nothing
         s.close()
+
+
+def test_a_search_that_matches_nothing_is_not_out_of_domain(demo_copy, encoder) -> None:
+    """Filters (or a query) that match nothing leave every channel empty: a plain zero result that
+    says so, never "out of domain" (which it was, in the result and the query log); a date range
+    that holds no date is refused, naming it."""
+    import pytest
+
+    from hybridsearch.errors import ValidationError
+    from hybridsearch.models import DateRange, Filters
+    from query_service.querylog import make_record
+
+    with EmbeddedEngine(demo_copy) as e:
+        s = Searcher(e, encoder=encoder)
+        for profile in ("hybrid", "aico", "lexical"):
+            res = s.search("Brouwer fixed point", profile, filters=Filters(subjects=["nonexistent"]))
+            assert not res.hits and res.diagnostics["reason"] == "nothing matched the query and the filters", profile
+            record = make_record("q", res, engine="embedded", index="i", origin="test")
+            assert record["zero_result"] and not record["out_of_domain"]
+        assert s.search("zzqqxx", "lexical").diagnostics["reason"] == "nothing matched the query"
+        assert s.search("Brouwer fixed point", "hybrid", filters=Filters(subjects=["topology"])).hits
+        with pytest.raises(ValidationError, match="field 'date_range': the range is empty: '2000' is after '1990'"):
+            s.search("Brouwer fixed point", "hybrid", filters=Filters(date_range=DateRange(gte="2000", lte="1990")))
+        s.close()
