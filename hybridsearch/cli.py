@@ -72,7 +72,14 @@ def _existing_index_dir(args: argparse.Namespace) -> Path:
 
 
 def _engine_name(args: argparse.Namespace) -> str:
-    return "opensearch" if getattr(args, "url", None) else getattr(args, "engine", "embedded")
+    """opensearch (with --url, or --engine opensearch) or embedded; --index with the embedded
+    engine is refused rather than ignored (the embedded index is the directory)."""
+    name = "opensearch" if getattr(args, "url", None) else getattr(args, "engine", "embedded")
+    if name == "embedded" and getattr(args, "index", None):
+        raise HybridSearchError(f"--index {args.index} names an OpenSearch index, and the engine is embedded (its "
+                                "index is --index-dir); pass --url, or --engine opensearch with "
+                                "HYBRIDSEARCH_OPENSEARCH_URL")
+    return name
 
 
 def _opensearch_target(args: argparse.Namespace, default_index: str | None = None) -> tuple[str, str]:
@@ -234,7 +241,10 @@ def _profile_for(args: argparse.Namespace) -> Any:
     from query_service.searcher import adhoc_profile, get_profile
 
     if args.channels is not None:
-        return adhoc_profile(_channels(args.channels), args.fuser, args.k or 10)
+        return adhoc_profile(_channels(args.channels), args.fuser or "rrf", args.k or 10)
+    if args.fuser is not None:
+        raise HybridSearchError(f"--fuser {args.fuser} picks the fuser of --channels; a profile has its own "
+                                "(--set fuser.<param>=VALUE tunes it)")
     return get_profile(args.profile)
 
 
@@ -552,9 +562,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     channels = args.channels
     if not channels and not args.profiles and not args.ablation:
         channels = "bm25,dense,bm25+dense"
+    if args.fuser is not None and not channels:
+        raise HybridSearchError(f"--fuser {args.fuser} picks the fuser of fused --channels runs (a+b); "
+                                "--profiles and --ablation runs have their own")
     specs = ablation_specs() if args.ablation else []
     if channels or args.profiles:
-        specs += run_specs(channels, args.fuser, args.profiles)
+        specs += run_specs(channels, args.fuser or "rrf", args.profiles)
     options: dict[str, str] = {}
     if _engine_name(args) == "opensearch":
         target, options["index"] = _opensearch_target(args, eval_index_name(dataset))
@@ -696,8 +709,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="embedded (an index directory, the default) or opensearch")
     engine_opts.add_argument("--url", help="OpenSearch URL (default $HYBRIDSEARCH_OPENSEARCH_URL); "
                              "implies --engine opensearch")
-    engine_opts.add_argument("--index", help="OpenSearch logical index (default $HYBRIDSEARCH_OPENSEARCH_INDEX "
-                             "or hybridsearch; eval: eval-<dataset>)")
+    engine_opts.add_argument("--index", help="OpenSearch logical index, with --url or --engine opensearch (default "
+                             "$HYBRIDSEARCH_OPENSEARCH_INDEX or hybridsearch; eval: eval-<dataset>)")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("ingest", parents=[common, engine_opts], help="load, validate, embed and index a corpus")
@@ -765,7 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("search", parents=[common, engine_opts], help="search the index")
     s.add_argument("query", help="the query text")
     s.add_argument("--channels", help="channels to combine, e.g. bm25,dense (overrides --profile)")
-    s.add_argument("--fuser", default="rrf", help="with --channels: rrf, weighted or agreement (default: rrf)")
+    s.add_argument("--fuser", help="with --channels: rrf, weighted or agreement (default: rrf)")
     s.add_argument("--profile", default="hybrid", help="a profile name or a YAML profile file")
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a profile parameter, e.g. min_score=0.2, bm25.tie_breaker=0.3, fuser.rrf_k=20")
@@ -791,7 +804,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", parents=[common, engine_opts], help="evaluate on a BEIR dataset")
     s.add_argument("dataset", help="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/)")
     s.add_argument("--channels", help="bm25,dense = one run each; bm25+dense = one fused run")
-    s.add_argument("--fuser", default="rrf", help="the fuser of fused runs (default: rrf)")
+    s.add_argument("--fuser", help="the fuser of fused --channels runs (default: rrf)")
     s.add_argument("--profiles", help="comma-separated profile names, one run each")
     s.add_argument("--ablation", action="store_true", help="RFC-0003's five runs: lexical, vector, hybrid "
                    "without citation, with citation, with citation and the reranker")
