@@ -45,9 +45,14 @@ def best_per_id(rl: RankedList) -> dict[str, int]:
 
 
 def _check_weights(v: dict[str, float]) -> dict[str, float]:
+    """Each weight finite and >= 0, and so their sum (the weighted mean divides by it: a sum that
+    overflows scored every hit 0)."""
     for c, w in v.items():
         if not math.isfinite(w) or w < 0:
             raise ValueError(f"weight of {c!r} must be a finite number >= 0, got {w!r}")
+    if not math.isfinite(sum(v.values())):
+        shown = ", ".join(f"{c}: {w!r}" for c, w in v.items())
+        raise ValueError(f"the weights sum to more than a float holds ({shown})")
     return v
 
 

@@ -100,6 +100,21 @@ def test_weights_must_be_finite() -> None:
         WeightedConfig(weights={"bm25": -1.0})
 
 
+def test_weights_whose_sum_overflows_are_refused() -> None:
+    """Each finite, but their sum is not: the weighted mean divided by it and scored every hit 0."""
+    from hybridsearch.errors import ValidationError
+    from query_service.searcher import adhoc_profile
+
+    with pytest.raises(ValueError, match="the weights sum to more than a float holds"):
+        WeightedConfig(weights={"bm25": 1e308, "dense": 1e308})
+    with pytest.raises(ValueError, match="the weights sum to more than a float holds"):
+        RrfConfig(weights={"bm25": 1e308, "dense": 1e308})
+    prof = adhoc_profile(["bm25", "dense"], "weighted")
+    with pytest.raises(ValidationError, match="field 'fuser.weights': .*the weights sum to more than a float holds"):
+        prof.with_overrides({"fuser.weights": {"bm25": 1e308, "dense": 1e308}})
+    assert prof.with_overrides({"fuser.weights": {"bm25": 1e308}}).fuser_config["weights"] == {"bm25": 1e308}
+
+
 fusers = st.sampled_from([RrfFuser(), WeightedFuser(), WeightedFuser(WeightedConfig(norm="zscore")),
                           WeightedFuser(WeightedConfig(mean="geometric"))])
 
