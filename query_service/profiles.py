@@ -179,7 +179,13 @@ class Profile(BaseModel):
     def from_yaml(cls, path: Path) -> Profile:
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as e:
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"cannot read profile {path}: not UTF-8 text (byte {e.start})") from e
+        except yaml.YAMLError as e:  # one line: the message itself spans several
+            mark = getattr(e, "problem_mark", None)
+            where = "" if mark is None else f"line {mark.line + 1}, column {mark.column + 1}: "
+            raise ConfigError(f"cannot read profile {path}: {where}{getattr(e, 'problem', None) or e}") from e
+        except OSError as e:
             raise ConfigError(f"cannot read profile {path}: {e}") from e
         result: Profile = validate_record(cls, data, source=str(path))
         result.check_plugins()

@@ -66,6 +66,21 @@ def test_yaml_profile(tmp_path) -> None:
         get_profile(str(bad))
 
 
+def test_an_unreadable_yaml_profile_is_one_line(tmp_path) -> None:
+    """Bytes that are not UTF-8 were a UnicodeDecodeError traceback; a YAML syntax error was a
+    message of several lines."""
+    from hybridsearch.errors import ConfigError
+
+    binary, broken = tmp_path / "p6.yaml", tmp_path / "p7.yaml"
+    binary.write_bytes(b"\xff\xfe")
+    broken.write_text("a: [\n")
+    for f, message in ((binary, "not UTF-8 text (byte 0)"),
+                       (broken, "line 2, column 1: expected the node content, but found '<stream end>'")):
+        with pytest.raises(ConfigError) as e:
+            get_profile(str(f))
+        assert str(e.value) == f"cannot read profile {f}: {message}"
+
+
 def test_cli_explain_and_set(demo_copy) -> None:
     out = subprocess.run([EXE, "search", "Brouwer fixed point", "--profile", "kb-balanced", "--explain",
                           "--set", "gap=0.5", "--index-dir", str(demo_copy)], capture_output=True, text=True,
