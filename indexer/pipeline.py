@@ -259,7 +259,7 @@ def open_target(target: str, index: str | None) -> Iterator[Engine | Store]:
     path = Path(target) / "store.sqlite"
     if not path.is_file():
         raise IndexNotFoundError(f"no index at {target}")
-    store = Store(path)
+    store = Store(path, create=False)  # a worker never makes a store: an empty one is damaged
     try:
         yield store
     finally:

@@ -280,6 +280,46 @@ def test_damaged_checkpoints_are_rebuilt_and_a_damaged_store_refused(demo_copy, 
     assert hashlib.sha256(store.read_bytes()).hexdigest() == before
 
 
+@pytest.mark.integration
+def test_an_empty_store_beside_derived_indexes_is_refused(demo_copy, tmp_path, capsys) -> None:
+    """A 0-byte (or table-less) store.sqlite in a directory that holds derived indexes is a damaged
+    store, not a new index: made anew, a plain search rebuilt every derived index from its empty
+    journal, wiping them. An empty store in an otherwise empty directory still makes a new index."""
+    import sqlite3
+
+    from hybridsearch.errors import EngineError
+    from indexer.pipeline import open_target
+
+    def derived() -> dict[str, str]:
+        return {str(p.relative_to(demo_copy)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(demo_copy.rglob("*")) if p.is_file() and "store.sqlite" not in p.name
+                and p.name != "owner.lock" and p.parent.name != "querylog"}
+
+    for f in demo_copy.glob("store.sqlite*"):
+        f.unlink()
+    store = demo_copy / "store.sqlite"
+    store.write_bytes(b"")
+    before = derived()
+    for argv in (["search", "Brouwer fixed point", "--profile", "lexical"], ["ingest", str(DEMO), "--no-embed", "-q"],
+                 ["stats"]):
+        code, _, err = run(capsys, *argv, "--index-dir", str(demo_copy))
+        assert code == 2 and one_error_line(err) == (
+            f"error: the index store {store} is damaged (it holds no tables: 0 bytes); nothing was written. "
+            "Restore it from a snapshot or ingest into a new index"), (argv, err)
+    with pytest.raises(EngineError, match="damaged"), open_target(str(demo_copy), None):  # nor does a worker
+        pass
+    with sqlite3.connect(store) as c:  # a database, but not an index store
+        c.execute("PRAGMA user_version = 3")
+    code, _, err = run(capsys, "search", "Brouwer", "--index-dir", str(demo_copy), "--profile", "lexical")
+    assert code == 2 and "damaged (it holds no tables: 4096 bytes)" in one_error_line(err)
+    assert derived() == before and store.stat().st_size == 4096
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "store.sqlite").write_bytes(b"")
+    code, out, err = run(capsys, "ingest", str(DEMO), "--index-dir", str(new), "--no-embed", "-q")
+    assert code == 0 and "indexed 242" in out, err
+
+
 def test_a_byte_order_mark_is_accepted_and_strict_says_what_was_committed(tmp_path, capsys) -> None:
     f = tmp_path / "bom.jsonl"
     f.write_bytes("\ufeff".encode() + b'{"id": "first", "title": "With a BOM", "text": "x"}\n')

@@ -69,9 +69,17 @@ class EmbeddedEngine:
             self.owner = True
         except OSError:
             self.owner = False
-        if self.path.joinpath("store.sqlite").is_dir():
+        store = self.path / "store.sqlite"
+        if store.is_dir():
             raise EngineError(f"{self.path}/store.sqlite is a directory, not an index store")
-        self.store = Store(self.path / "store.sqlite")
+        # beside derived indexes, a store without tables is a damaged one, not a new index: made
+        # anew, it would have the derived indexes rebuilt from its empty journal
+        derived = [self.path / "bm25", self.path / "dense.npz", *(self.path / f"hdc_{f}.npz" for f in HDC_FIELDS)]
+        try:
+            self.store = Store(store, create=not (store.exists() and any(p.exists() for p in derived)))
+        except EngineError:
+            self._lock_file.close()
+            raise
         try:
             self._open_derived(exact_max)
         except sqlite3.DatabaseError as e:

@@ -68,11 +68,17 @@ class Store:
     connection of the reading thread's own, so that no thread ever sees a batch another thread is
     still writing (SQLite shows a connection's open transaction to everything using it)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        """Open the store at `path`; a file without tables (0 bytes, say) is made a new store, or
+        with `create=False` refused before anything is written (EngineError)."""
         self.path = path
         try:
             self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                         timeout=60)
+            if not create and not self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                self.conn.close()
+                raise EngineError(f"the index store {path} is damaged (it holds no tables: {path.stat().st_size} "
+                                  "bytes); nothing was written. Restore it from a snapshot or ingest into a new index")
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
