@@ -427,6 +427,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         index_dir = _existing_index_dir(args).resolve()
         spec = {"target": str(index_dir), "index": index_dir.name, "options": {}}
+    _check_listen(args.host, args.port)
     print(f"serving {spec['index']} on http://{args.host}:{args.port} ({args.workers} worker(s)); ready when "
           f"/readyz answers 200", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="hybridsearch-serve-") as shared:  # the workers' rate limits
@@ -436,6 +437,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     workers=args.workers, log_level="warning", access_log=False,
                     timeout_graceful_shutdown=int(get_settings().http_shutdown_grace))
     return 0
+
+
+def _check_listen(host: str, port: int) -> None:
+    """One error line now if the server could not listen on host:port (a port in use, an address
+    not of this machine), rather than uvicorn's own, after the start-up. A port taken between this
+    check and the server's bind still gets uvicorn's."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind(addr)
+    except socket.gaierror as e:
+        raise HybridSearchError(f"--host {host}: not an address to listen on ({e.strerror})") from e
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise HybridSearchError(f"--port {port}: {host}:{port} is in use; pick another port") from e
+        raise HybridSearchError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from e
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

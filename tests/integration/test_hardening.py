@@ -249,6 +249,24 @@ def test_an_eval_whose_json_cannot_be_written_is_one_line(tmp_path, capsys) -> N
 
 
 @pytest.mark.integration
+def test_serve_on_a_port_in_use_is_one_line(demo_copy, tmp_path, capsys) -> None:
+    """The port is tried before the start-up: one line naming --port, exit 2 (it was uvicorn's own
+    ERROR line, exit 3)."""
+    import socket
+
+    keys = tmp_path / "keys.json"
+    assert run(capsys, "keys", "add", "a", "--file", str(keys))[0] == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run(capsys, "serve", "--index-dir", str(demo_copy), "--keys", str(keys), "--port", str(port))
+    assert code == 2 and one_error_line(err) == f"error: --port {port}: 127.0.0.1:{port} is in use; pick another port"
+    code, _, err = run(capsys, "serve", "--index-dir", str(demo_copy), "--keys", str(keys), "--host", "nosuch.invalid")
+    assert code == 2 and one_error_line(err).startswith("error: --host nosuch.invalid: not an address to listen on")
+
+
+@pytest.mark.integration
 def test_bad_settings_are_one_line(tmp_path) -> None:
     for name, value in (("HYBRIDSEARCH_EMBEDDING_BATCH_SIZE", "abc"), ("HYBRIDSEARCH_GRAPH_DAMPING", "nan"),
                         ("HYBRIDSEARCH_SEARCH_MAX_K", "0")):
