@@ -5,6 +5,7 @@ HYBRIDSEARCH_INTENT_CLASSIFIER); `rules` is the default, a model can take its pl
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
@@ -89,20 +90,11 @@ _RECENCY = _rx(
 # list" or a question such as "which papers are"); inside a statement ("A is related to B", "the
 # variants of p18 raise the risk") it is content.
 # Comparisons count anywhere.
-_COURTESY = re.compile(r"^(?:(?:please|kindly|find|list|show(?: me)?|give(?: me)?|i (?:need|want)|"
-                       r"can you (?:find|list|give me|show me)|recommend|"
+_COURTESY = re.compile(r"^(?:(?:please|kindly|(?:find|list|show(?: me)?|give(?: me)?|i (?:need|want)|"
+                       r"can you (?:find|list|give me|show me)|recommend)(?: the| some| a| an| all)?|"
                        r"(?:what|which)(?: (?:papers|results|theorems|works|articles))? (?:are|is)"
                        r"(?: the| some| a| an)?)\s+)*", re.IGNORECASE)
 _EDGE = re.compile(r"^[\s,;:.?!]+|[\s,;:.?!]+$")
-
-
-_FULLWIDTH = str.maketrans({0xFF01 + i: 0x21 + i for i in range(94)})  # "ｖｓ" is "vs"
-
-
-def _plain(text: str) -> str:
-    """Text for the rules, of the same length (so a match's span is the text's): fullwidth forms
-    and dashes ("trade‑offs") as a keyboard types them."""
-    return unify_dashes(text.translate(_FULLWIDTH))
 
 
 class RulesConfig(BaseModel):
@@ -120,8 +112,8 @@ class RuleIntentClassifier:
         self.config = config or RulesConfig()
 
     def classify(self, query: str) -> Intent:
-        text = " ".join(query.split())
-        plain = _plain(text)  # matched on, as long as text, whose words make the focus
+        text = " ".join(unicodedata.normalize("NFKC", query).split())  # "ｖｓ" is "vs", "ﬁnd" "find"
+        plain = unify_dashes(text)  # matched on: as long as text, whose words make the focus
         recent = _RECENCY.search(plain)
         recency = recent.group(0).lower() if recent is not None else None
         lead = _COURTESY.match(plain)

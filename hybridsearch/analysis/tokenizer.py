@@ -25,8 +25,9 @@ MAX_TOKEN_UNITS = 255
 # The version of these rules. An index records the version its tokens and HDC codes were made with;
 # bump it whenever analyze() gives other tokens for some text. 1: before indexes recorded it;
 # 2: TeX \ell, \ast, \infty and braced superscripts meet their plain forms, and no token is empty;
-# 3: invisible characters (soft hyphen, zero-width, direction marks) dropped, braced subscripts and
-# unbraced \mathbb R unwrapped, ∗ and ⋆ read as *, ẞ folded, lexicon variants matched across line breaks.
+# 3: invisible characters (soft hyphen, zero-width joiners, direction marks) dropped and a zero-width
+# space read as a space, braced subscripts and unbraced \mathbb R unwrapped, ∗ and ⋆ read as *,
+# ẞ folded, lexicon variants matched across line breaks.
 RULES = 3
 
 

@@ -788,27 +788,56 @@ def test_a_long_restore_keeps_its_lock_and_a_lost_swap_answer_is_not_undone(admi
 
         t = threading.Thread(target=reindex_meanwhile)
         t.start()
+        index, blips = admin.client.index, []
+
+        def one_blip(*args, **kwargs):  # the first renewal of the lock times out; the next ones go through
+            if "if_seq_no" in kwargs and not blips:
+                blips.append(kwargs)
+                raise opensearchpy.exceptions.ConnectionTimeout("TIMEOUT", "read timed out", None)
+            return index(*args, **kwargs)
+
+        monkeypatch.setattr(admin.client, "index", one_blip)
         began = time.monotonic()
         res = admin.snapshot_restore("s", repo, replace=True)
         t.join()
         assert time.monotonic() - began > 3.5, "the restore was too quick to show the lock held"
         assert res["indices"] == {name: f"{name}-v2"}
         assert refused and f"a reindex or restore of {name!r} is already running" in refused[0], refused
-        assert [v.index for v in admin.get(name).versions] == [f"{name}-v2"]
-        # the swap happens on the node but its answer is lost: the restore is finished, not undone
-        update = admin.client.indices.update_aliases
+        assert [v.index for v in admin.get(name).versions] == [f"{name}-v2"] and blips
+        # the swap happens on the node but its answer is lost, and so is the first look at the
+        # aliases after it: the restore is finished, not undone
+        update, get_alias, looks = admin.client.indices.update_aliases, admin.client.indices.get_alias, []
 
         def swapped_then_lost(*args, **kwargs):
             update(*args, **kwargs)
             raise opensearchpy.exceptions.ConnectionTimeout("TIMEOUT", "read timed out", None)
 
+        def look_lost(*args, **kwargs):  # where the alias named `name` is: the look after a swap
+            if "name" in kwargs:
+                looks.append(kwargs)
+            if "name" in kwargs and len(looks) <= fails:
+                raise opensearchpy.exceptions.ConnectionError("N/A", "connection reset", None)
+            return get_alias(*args, **kwargs)
+
         monkeypatch.setattr(admin.client.indices, "update_aliases", swapped_then_lost)
+        monkeypatch.setattr(admin.client.indices, "get_alias", look_lost)
         monkeypatch.setattr(engine_mod, "LOCK_TTL", 60.0)
+        fails = 1
         res = admin.snapshot_restore("s", repo, replace=True)
         assert res["indices"] == {name: f"{name}-v1"}  # the snapshot's version number is free again
         assert [(v.index, sorted(v.aliases)) for v in admin.get(name).versions] == [
             (f"{name}-v1", [name, f"{name}-write"])]
         assert engine.count() == 40
+        # when the node cannot say where the aliases are, nothing is deleted, and the error says so
+        looks.clear()
+        fails = 3
+        with pytest.raises(Exception, match=rf"could not tell whether the aliases of '{name}' moved to {name}-v2, "
+                                            rf"so nothing was deleted: `hybridsearch indices status {name}`"):
+            admin.snapshot_restore("s", repo, replace=True)
+        looks.clear()
+        fails = 0
+        assert sorted(v.index for v in admin.get(name).versions) == [f"{name}-v1", f"{name}-v2"]
+        assert admin.get(name).live.index == f"{name}-v2" and engine.count() == 40
     finally:
         for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
             admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])

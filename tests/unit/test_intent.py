@@ -57,7 +57,11 @@ TABLE = [
     ("What are the main results of Hodge theory?", "survey", "Hodge theory"),
     ("Which papers are similar to Turing's paper on computable numbers?", "related",
      "Turing's paper on computable numbers"),
-    ("Lebesgue integral ｖｓ Riemann integral", "compare", "Lebesgue integral ｖｓ Riemann integral"),
+    ("Lebesgue integral ｖｓ Riemann integral", "compare", "Lebesgue integral vs Riemann integral"),
+    ("\ufb01nd papers similar to the Banach fixed point theorem", "related", "the Banach fixed point theorem"),
+    ("show me the papers similar to the Banach fixed point theorem", "related", "the Banach fixed point theorem"),
+    ("list the generalizations of Brouwer's fixed point theorem", "related", "Brouwer's fixed point theorem"),
+    ("please list the corollaries of the Baire category theorem", "related", "the Baire category theorem"),
     ("The variants of BRCA1 increase cancer risk", "lookup", None),  # a statement, not a framing
     ("related to $x_{i}^{2}$ bounds", "related", "$x_{i}^{2}$ bounds"),  # the focus as typed
     ("trade\u2011offs of direct and iterative solvers", "compare", None),

@@ -182,8 +182,8 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
 @contextlib.contextmanager
 def _beating(beats: Sequence[Callable[[bool], None]]) -> Iterator[None]:
     """Keep cluster locks alive (their `beat`s) from a thread while the block makes one long call
-    (a restore waits on the node for as long as it takes); a lock lost meanwhile raises LockLost
-    at the end of the block."""
+    (a restore waits on the node for as long as it takes). A beat that fails is tried again at the
+    next; a lock another run took over meanwhile is named in a warning once the block is done."""
     stop, lost = threading.Event(), []
 
     def run() -> None:
@@ -191,9 +191,11 @@ def _beating(beats: Sequence[Callable[[bool], None]]) -> Iterator[None]:
             try:
                 for beat in beats:
                     beat(False)
-            except Exception as e:  # noqa: BLE001 - the caller raises it
+            except LockLost as e:
                 lost.append(e)
                 return
+            except Exception as e:  # noqa: BLE001 - a blip: the lock lives LOCK_TTL, the next beat may do
+                _log.warning("could not renew a lock (tried again in 1 s): %s", e)
 
     thread = threading.Thread(target=run, name="hybridsearch-lock-beat", daemon=True)
     thread.start()
@@ -203,7 +205,7 @@ def _beating(beats: Sequence[Callable[[bool], None]]) -> Iterator[None]:
         stop.set()
         thread.join()
     if lost:
-        raise lost[0]
+        _log.warning("%s; the work under it had finished", lost[0])
 
 
 def check_snapshot_name(snapshot: str) -> None:
@@ -591,6 +593,7 @@ class Admin:
             self.client.indices.create(index=new, body={"settings": {"index": {"refresh_interval": "-1"}},
                                                         "mappings": {"_meta": self._meta_for(live.index, new)}},
                                        params={"wait_for_active_shards": "1"})
+        swap_sent = False
         try:
             carried = self._carried(live.index, new)
             with self.errors("write block"):
@@ -613,6 +616,7 @@ class Admin:
                                   wait=LOCK_TTL + LOCK_BEAT):
                     self.client.indices.put_mapping(index=new, body={"_meta": self._meta_for(live.index, new)})
                     beat(True)  # still ours, so the index is as this run left it
+                    swap_sent = True
                     self.client.indices.update_aliases(body={"actions": [
                         {"remove": {"index": live.index, "alias": name}},
                         {"add": {"index": new, "alias": name}},
@@ -621,7 +625,11 @@ class Admin:
         except LockLost:
             raise  # the run that took over the lock cleans up after this one
         except BaseException as e:
-            if not self._swapped(name, new):  # a swap that timed out on our side may still have happened
+            swapped = self._swapped(name, new) if swap_sent else False  # its answer lost, it may have happened
+            if swapped is None:
+                self._unknown_swap(e, name, new)
+                raise
+            if not swapped:
                 self._abandon(live.index, new, e)
                 raise
         return ReindexResult(name, live.index, new, before, time.perf_counter() - t0, removed, carried)
@@ -634,11 +642,22 @@ class Admin:
         given.pop("index.refresh_interval", None)  # set for the copy only
         return {k: v for k, v in got[old]["settings"].items() if CARRIED_SETTINGS.fullmatch(k) and given.get(k) != v}
 
-    def _swapped(self, name: str, new: str) -> bool:
-        try:
-            return new in self.client.indices.get_alias(name=name, ignore=404)
-        except Exception:
-            return False
+    def _swapped(self, name: str, new: str) -> bool | None:
+        """Whether alias `name` is on `new` (a swap whose answer was lost may still have happened);
+        None when the node cannot say, asked three times."""
+        for attempt in range(3):
+            try:
+                return new in self.client.indices.get_alias(name=name, ignore=404)
+            except Exception:  # noqa: BLE001 - asked again
+                time.sleep(0.5 * (attempt + 1))
+        return None
+
+    @staticmethod
+    def _unknown_swap(e: BaseException, name: str, new: str) -> None:
+        """Say in `e` that nothing was undone, since the aliases may have moved to `new`."""
+        if isinstance(e, HybridSearchError) and e.args:
+            e.args = (f"{e.args[0]}; could not tell whether the aliases of {name!r} moved to {new}, so nothing "
+                      f"was deleted: `hybridsearch indices status {name}` shows where they are", *e.args[1:])
 
     def _meta_for(self, old: str, new: str) -> dict[str, Any]:
         """The hybridsearch `_meta` of `old`, for version `new` (made from `old` when they differ)."""
@@ -885,7 +904,7 @@ class Admin:
         """Restore `concrete` from the snapshot as `target` and make it logical index `name`,
         replacing `ix`'s versions; on failure `target` is deleted and the old versions unblocked."""
         old = [v.index for v in ix.versions] if ix else []
-        sent = False
+        sent = swap_sent = False
         try:
             with self.errors("restore snapshot"):
                 if old:
@@ -909,16 +928,19 @@ class Admin:
                                 if a in (name, f"{name}-write")]
                 actions += [{"add": {"index": target, "alias": name}},
                             {"add": {"index": target, "alias": f"{name}-write", "is_write_index": True}}]
+                swap_sent = True
                 self.client.indices.update_aliases(body={"actions": actions})
-        except Exception as e:
-            if self._swapped(name, target):  # the aliases moved; only the answer was lost: finish below
-                _log.warning("restore of %s: %s; its aliases moved to %s, so it goes on", name, e, target)
-            else:
+        except BaseException as e:
+            swapped = self._swapped(name, target) if swap_sent else False  # its answer lost, it may have happened
+            if swapped is None:
+                self._unknown_swap(e, name, target)
+                raise
+            if not swapped:
                 self._undo_restore(target, old, sent, e)
                 raise
-        except BaseException as e:
-            self._undo_restore(target, old, sent, e)
-            raise
+            if not isinstance(e, Exception):  # interrupted: the old versions stay, for `indices prune`
+                raise
+            _log.warning("restore of %s: %s; its aliases moved to %s, so it goes on", name, e, target)
         with self.errors("restore snapshot"):
             if old:
                 self.client.indices.delete(index=",".join(old))
