@@ -40,6 +40,13 @@ def corpus(n: int) -> list[Document]:
     return docs
 
 
+def drop_repo(admin, repo: str) -> None:
+    """Delete a snapshot repository a test made, and its snapshots."""
+    for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
+        admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
+    admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+
+
 def unit_vectors(n: int) -> np.ndarray:
     v = RNG.standard_normal((n, 384)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
@@ -220,9 +227,7 @@ def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, na
         engine.write([Document(id="new", title="written after the second restore", text="y")])
         assert engine.count() == len(docs) + 1
     finally:
-        for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
-            admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
-        admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+        drop_repo(admin, repo)
         engine.close()
 
 
@@ -289,9 +294,7 @@ def test_a_restore_refuses_what_it_cannot_replace_and_undoes_a_failed_one(admin,
         with pytest.raises(Exception, match=rf"no live version of {other} to snapshot"):
             admin.snapshot_create("part", repo, [name, other])
     finally:
-        for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
-            admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
-        admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+        drop_repo(admin, repo)
         admin.client.indices.delete(index=f"{other}*", ignore=404)
         admin.client.indices.delete_index_template(name=f"hybridsearch-{other}", ignore=404)
         engine.close()
@@ -839,9 +842,7 @@ def test_a_long_restore_keeps_its_lock_and_a_lost_swap_answer_is_not_undone(admi
         assert sorted(v.index for v in admin.get(name).versions) == [f"{name}-v1", f"{name}-v2"]
         assert admin.get(name).live.index == f"{name}-v2" and engine.count() == 40
     finally:
-        for s in admin.client.snapshot.get(repository=repo, snapshot="_all", ignore=404).get("snapshots", []):
-            admin.client.snapshot.delete(repository=repo, snapshot=s["snapshot"])
-        admin.client.snapshot.delete_repository(repository=repo, ignore=404)
+        drop_repo(admin, repo)
         engine.close()
 
 

@@ -625,13 +625,7 @@ class Admin:
         except LockLost:
             raise  # the run that took over the lock cleans up after this one
         except BaseException as e:
-            swapped = self._swapped(name, new) if swap_sent else False  # its answer lost, it may have happened
-            if swapped is None:
-                self._unknown_swap(e, name, new)
-                raise
-            if not swapped:
-                self._abandon(live.index, new, e)
-                raise
+            self._settle_swap(e, name, new, swap_sent, lambda err: self._abandon(live.index, new, err))
         return ReindexResult(name, live.index, new, before, time.perf_counter() - t0, removed, carried)
 
     def _carried(self, old: str, new: str) -> dict[str, str]:
@@ -652,12 +646,20 @@ class Admin:
                 time.sleep(0.5 * (attempt + 1))
         return None
 
-    @staticmethod
-    def _unknown_swap(e: BaseException, name: str, new: str) -> None:
-        """Say in `e` that nothing was undone, since the aliases may have moved to `new`."""
-        if isinstance(e, HybridSearchError) and e.args:
-            e.args = (f"{e.args[0]}; could not tell whether the aliases of {name!r} moved to {new}, so nothing "
-                      f"was deleted: `hybridsearch indices status {name}` shows where they are", *e.args[1:])
+    def _settle_swap(self, e: BaseException, name: str, new: str, swap_sent: bool,
+                     undo: Callable[[BaseException], None]) -> None:
+        """After `e` broke off work that ends by moving `name`'s aliases to `new`: return when they
+        moved anyway (the swap's answer was lost), else `undo` and raise `e`; when the node cannot
+        say where they are, raise `e` saying so, with nothing undone."""
+        swapped = self._swapped(name, new) if swap_sent else False
+        if swapped is None:
+            if isinstance(e, HybridSearchError) and e.args:
+                e.args = (f"{e.args[0]}; could not tell whether the aliases of {name!r} moved to {new}, so nothing "
+                          f"was deleted: `hybridsearch indices status {name}` shows where they are", *e.args[1:])
+            raise e
+        if not swapped:
+            undo(e)
+            raise e
 
     def _meta_for(self, old: str, new: str) -> dict[str, Any]:
         """The hybridsearch `_meta` of `old`, for version `new` (made from `old` when they differ)."""
@@ -931,13 +933,7 @@ class Admin:
                 swap_sent = True
                 self.client.indices.update_aliases(body={"actions": actions})
         except BaseException as e:
-            swapped = self._swapped(name, target) if swap_sent else False  # its answer lost, it may have happened
-            if swapped is None:
-                self._unknown_swap(e, name, target)
-                raise
-            if not swapped:
-                self._undo_restore(target, old, sent, e)
-                raise
+            self._settle_swap(e, name, target, swap_sent, lambda err: self._undo_restore(target, old, sent, err))
             if not isinstance(e, Exception):  # interrupted: the old versions stay, for `indices prune`
                 raise
             _log.warning("restore of %s: %s; its aliases moved to %s, so it goes on", name, e, target)
