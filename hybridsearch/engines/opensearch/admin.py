@@ -180,10 +180,11 @@ def missing_fields(want: dict[str, Any], have: dict[str, Any], prefix: str = "")
 
 
 @contextlib.contextmanager
-def _beating(beats: Sequence[Callable[[bool], None]]) -> Iterator[None]:
+def _beating(beats: Sequence[Callable[[bool], None]], after: str = "") -> Iterator[None]:
     """Keep cluster locks alive (their `beat`s) from a thread while the block makes one long call
     (a restore waits on the node for as long as it takes). A beat that fails is tried again at the
-    next; a lock another run took over meanwhile is named in a warning once the block is done."""
+    next; a lock another run took over meanwhile is named in a warning once the block is done,
+    followed by `after` (the holder's own next beat raises LockLost)."""
     stop, lost = threading.Event(), []
 
     def run() -> None:
@@ -205,7 +206,7 @@ def _beating(beats: Sequence[Callable[[bool], None]]) -> Iterator[None]:
         stop.set()
         thread.join()
     if lost:
-        _log.warning("%s; the work under it had finished", lost[0])
+        _log.warning("%s%s", lost[0], after)
 
 
 def check_snapshot_name(snapshot: str) -> None:
@@ -611,9 +612,13 @@ class Admin:
                                       f"were not moved and {new} was deleted")
                 self.client.cluster.health(index=new, wait_for_status="yellow")
                 # metadata written while copying (set_meta) goes along: none is written between
-                # this copy and the swap (set_meta takes the same lock)
-                with cluster_lock(self.client, self.errors, f"meta:{name}", f"a metadata update of {name!r}",
-                                  wait=LOCK_TTL + LOCK_BEAT):
+                # this copy and the swap (set_meta takes the same lock, which this waits for while
+                # keeping its own alive)
+                with contextlib.ExitStack() as meta_lock:
+                    with _beating([beat]):
+                        meta_lock.enter_context(cluster_lock(
+                            self.client, self.errors, f"meta:{name}", f"a metadata update of {name!r}",
+                            wait=LOCK_TTL + LOCK_BEAT))
                     self.client.indices.put_mapping(index=new, body={"_meta": self._meta_for(live.index, new)})
                     beat(True)  # still ours, so the index is as this run left it
                     swap_sent = True
@@ -859,7 +864,7 @@ class Admin:
         with contextlib.ExitStack() as locks:
             beats = [locks.enter_context(cluster_lock(self.client, self.errors, f"reindex:{name}",
                                                       f"a reindex or restore of {name!r}")) for name in sorted(stored)]
-            with _beating(beats):
+            with _beating(beats, "; the restore had finished by then"):
                 return self._restore(snapshot, repo, stored, knn, replace, t0)
 
     def _restore(self, snapshot: str, repo: str, stored: dict[str, str], knn: dict[str, str], replace: bool,
