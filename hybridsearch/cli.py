@@ -96,17 +96,20 @@ def _opensearch_target(args: argparse.Namespace, default_index: str | None = Non
     return url, getattr(args, "index", None) or default_index or settings.opensearch_index
 
 
-def _port(value: str) -> int:
-    if not (value.isascii() and value.isdigit()) or int(value) > 65535:
-        raise argparse.ArgumentTypeError(f"a port is a whole number from 0 to 65535, got {value!r}")
+def _port_from(value: str, lowest: int) -> int:
+    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from {lowest} to 65535, got {value!r}")
     return int(value)
+
+
+def _port(value: str) -> int:
+    """A port to listen on, 0 for any free one."""
+    return _port_from(value, 0)
 
 
 def fixed_port(value: str) -> int:
     """A port to listen on that a client can be told in advance (1..65535: not 0, any free one)."""
-    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {value!r}")
-    return int(value)
+    return _port_from(value, 1)
 
 
 def seconds(value: str) -> float:

@@ -417,16 +417,20 @@ def check_lexicon(stored: str | None, analyzer: Analyzer, where: str) -> None:
                           "into a new index")
 
 
+def rules_named(stored: Any) -> str:
+    """The analysis rules an index records, in words (one made before indexes recorded them holds
+    none)."""
+    return f"rules {stored}" if isinstance(stored, int) else "rules older than recorded ones"
+
+
 def stale_analysis(stored: Any, what: str, where: str) -> str | None:
     """Why an index's `what` may not match this process's queries (None when they do): the index
-    records the analysis rules it was made with (`ANALYSIS_RULES`); one made before indexes
-    recorded them holds none."""
+    records the analysis rules it was made with (`ANALYSIS_RULES`)."""
     if stored == ANALYSIS_RULES:
         return None
-    made = f"analysis rules {stored}" if isinstance(stored, int) else "analysis rules older than recorded ones"
-    return (f"{where} holds {what} made with {made}, and this version analyses with rules {ANALYSIS_RULES} "
-            "(hybridsearch/analysis/tokenizer.py lists what each changed): text in the notations that changed "
-            "may not match queries; ingest into a new index to bring them up to date")
+    return (f"{where} holds {what} made with analysis {rules_named(stored)}, and this version analyses with rules "
+            f"{ANALYSIS_RULES} (hybridsearch/analysis/tokenizer.py lists what each changed): text in the notations "
+            "that changed may not match queries; ingest into a new index to bring them up to date")
 
 
 def is_url(target: str) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 import tantivy
 
 from hybridsearch.analysis import ANALYSIS_RULES, Analyzer
+from hybridsearch.engines import rules_named
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.errors import EngineError
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
@@ -66,8 +67,8 @@ class Bm25Index:
                         raise ValueError(self.rebuilt)
                     rules = applied.get("analysis")  # None: written before the rules were recorded
                     if (path / "meta.json").exists() and rules != ANALYSIS_RULES:
-                        made = f"rules {rules}" if rules is not None else "rules older than recorded ones"
-                        self.rebuilt = f"it was analysed with {made}, and these are rules {ANALYSIS_RULES}"
+                        self.rebuilt = (f"it was analysed with {rules_named(rules)}, and these are rules "
+                                        f"{ANALYSIS_RULES}")
                         raise ValueError(self.rebuilt)
                     self.index = tantivy.Index(self.schema, path=str(path), reuse=True)
                 except ValueError:

@@ -209,6 +209,15 @@ def _beating(beats: Sequence[Callable[[bool], None]], after: str = "") -> Iterat
         _log.warning("%s%s", lost[0], after)
 
 
+def _add_to(e: BaseException, note: str) -> bool:
+    """Add `note` to the message of `e`, an error of ours the caller re-raises; False when `e` has
+    no such message (an interrupt, say)."""
+    if isinstance(e, HybridSearchError) and e.args:
+        e.args = (f"{e.args[0]}{note}", *e.args[1:])
+        return True
+    return False
+
+
 def check_snapshot_name(snapshot: str) -> None:
     """One snapshot's name: a pattern or a list would have a delete or a restore act on several."""
     if not snapshot or snapshot == "_all" or any(c in snapshot for c in "*,"):
@@ -562,8 +571,8 @@ class Admin:
         """Build the next version from the current templates, copy the live one into it with a
         server-side `_reindex` task, check the counts, then swap both aliases atomically. Writes
         to the live version are paused meanwhile (see the module docstring). On any failure the
-        new version is deleted and the live one unblocked; the aliases never move. One reindex of
-        an index runs at a time, cluster-wide (`_lock`)."""
+        new version is deleted and the live one unblocked; the aliases never move. One reindex (or
+        restore) of an index runs at a time, cluster-wide (`cluster_lock`)."""
         with cluster_lock(self.client, self.errors, f"reindex:{name}", f"a reindex or restore of {name!r}") as beat:
             return self._reindex(name, progress, poll, beat)
 
@@ -658,9 +667,8 @@ class Admin:
         say where they are, raise `e` saying so, with nothing undone."""
         swapped = self._swapped(name, new) if swap_sent else False
         if swapped is None:
-            if isinstance(e, HybridSearchError) and e.args:
-                e.args = (f"{e.args[0]}; could not tell whether the aliases of {name!r} moved to {new}, so nothing "
-                          f"was deleted: `hybridsearch indices status {name}` shows where they are", *e.args[1:])
+            _add_to(e, f"; could not tell whether the aliases of {name!r} moved to {new}, so nothing was deleted: "
+                       f"`hybridsearch indices status {name}` shows where they are")
             raise e
         if not swapped:
             undo(e)
@@ -730,9 +738,7 @@ class Admin:
         except Exception as e:
             note = (f"; cleaning up also failed ({error_reason(e)}): delete {new} and lift the write block on {live} "
                     f"(`hybridsearch indices reindex` does both when run again)")
-            if isinstance(cause, HybridSearchError) and cause.args:
-                cause.args = (str(cause.args[0]) + note, *cause.args[1:])
-            else:
+            if not _add_to(cause, note):
                 _log.error("reindex cleanup failed%s", note)
 
     # -- snapshots ------------------------------------------------------------------------------
@@ -898,9 +904,7 @@ class Admin:
                 self._restore_one(snapshot, repo, name, stored[name], target, present.get(name))
             except BaseException as e:
                 done = f", after {', '.join(f'{k} ({v})' for k, v in restored.items())}" if restored else ""
-                note = f"; restoring {name!r} from snapshot {snapshot!r}{done}"
-                if isinstance(e, HybridSearchError) and e.args:
-                    e.args = (str(e.args[0]) + note, *e.args[1:])
+                _add_to(e, f"; restoring {name!r} from snapshot {snapshot!r}{done}")
                 raise
             restored[name] = target
         return {"snapshot": snapshot, "repository": repo, "indices": restored, "replaced": sorted(present),
@@ -970,5 +974,4 @@ class Admin:
                 undone.append(f"{', '.join(old)} left as they were")
         except Exception:
             undone.append(f"lifting the write block on {', '.join(old)} failed too: lift it by hand")
-        if isinstance(e, HybridSearchError) and e.args:
-            e.args = (f"{e.args[0]}; {' and '.join(undone)}", *e.args[1:])
+        _add_to(e, f"; {' and '.join(undone)}")

@@ -264,7 +264,7 @@ class OpenSearchEngine:
         self._dense: tuple[str, str, str] | None = None  # (version, k-NN engine, space type) last read
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
-        self._lexicon_checked = False
+        self._analysis_checked = False
         self.dim = DIM
         self.client = make_client(url, s)
         self._ready = False
@@ -283,7 +283,7 @@ class OpenSearchEngine:
         with self._lock, self._errors("create index"):
             if self.client.indices.exists_alias(name=self.index):
                 _, meta = self._ours("write")  # never write into an index hybridsearch did not make
-                self._check_lexicon(meta)
+                self._check_analysis(meta)
                 # an index made before these fields existed gets them here (its mapping is strict)
                 props = Q.template("hybridsearch-chunks")["template"]["mappings"]["properties"]
                 with self._errors("write mapping"):
@@ -319,17 +319,17 @@ class OpenSearchEngine:
                 {"add": {"index": first, "alias": self.write_alias, "is_write_index": True}}]})
             self._ready = True
 
-    def _check_lexicon(self, meta: Mapping[str, Any] | None = None) -> None:
+    def _check_analysis(self, meta: Mapping[str, Any] | None = None) -> None:
         """Once per engine: the index (its hybridsearch `_meta`, read unless given) was analysed
         with this process's variant lexicon; a warning when it was analysed with other rules."""
-        if not self._lexicon_checked:
+        if not self._analysis_checked:
             meta = self._index_meta() if meta is None else meta
             where = f"index {self.index!r} at {self.url}"
             check_lexicon(meta.get("lexicon"), self.analyzer, where)
             stale = stale_analysis(meta.get("analysis"), "tokens and HDC codes", where)
             if stale and self.count():
                 _log.warning("%s", stale)
-            self._lexicon_checked = True
+            self._analysis_checked = True
 
     def drop(self) -> list[str]:
         """Delete every version of this logical index (and so its aliases) and its index template;
@@ -789,7 +789,7 @@ class OpenSearchEngine:
         """Field-boosted BM25 (k1=1.2, b=0.75 in the index); other k1/b rescore the top max(4k, 200)
         candidates with hybridsearch.scoring.rescore_bm25, as the embedded engine does."""
         opt = options or Bm25Options()
-        self._check_lexicon()
+        self._check_analysis()
         terms = ([(t, 1.0) for t in self.analyzer.analyze(query)] if isinstance(query, str) else list(query))
         fields = check_bm25_fields(fields)
         weights = merge_term_weights(terms)
