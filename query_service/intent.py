@@ -57,7 +57,7 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r" ?(?:for|to understand|on)", r"what is needed to understand", r"groundwork for",
         r"foundations needed for", r"preliminaries (?:for|to)")),
     ("related", "similar", _rx(
-        r"(?:papers|results|theorems|work|works|statements|articles)? ?(?:similar|analogous|related) to",
+        r"(?:(?:the )?(?:papers|results|theorems|work|works|statements|articles) )?(?:similar|analogous|related) to",
         r"(?:results|theorems|statements) (?:like|resembling)", r"related (?:work|results|theorems) (?:on|to|for)",
         r"(?:consequences|corollaries|applications|generali[sz]ations|variants|analogues|extensions) of",
         r"(?:statements|results|theorems|conditions) equivalent to", r"what else is like")),

@@ -63,6 +63,8 @@ TABLE = [
     ("list the generalizations of Brouwer's fixed point theorem", "related", "Brouwer's fixed point theorem"),
     ("please list the corollaries of the Baire category theorem", "related", "the Baire category theorem"),
     ("The variants of BRCA1 increase cancer risk", "lookup", None),  # a statement, not a framing
+    ("the papers related to BRCA1", "related", "BRCA1"),
+    ("The results similar to Fermat's little theorem", "related", "Fermat's little theorem"),
     ("related to $x_{i}^{2}$ bounds", "related", "$x_{i}^{2}$ bounds"),  # the focus as typed
     ("trade\u2011offs of direct and iterative solvers", "compare", None),
 ]
