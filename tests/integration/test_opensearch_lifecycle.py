@@ -579,6 +579,44 @@ def test_a_killed_reindexs_lock_is_taken_over_once_silent(admin, name) -> None:
         admin.engine(LOCK_INDEX)
 
 
+def test_a_lock_whose_process_on_this_machine_is_gone_is_taken_over_at_once(admin, name) -> None:
+    """A run killed on this machine leaves its lock behind; the next run finds its process gone and
+    goes on at once instead of waiting LOCK_TTL. A holder recorded on another machine is waited for."""
+    from hybridsearch.engines.opensearch.engine import LOCK_INDEX
+
+    engine = admin.engine(name)
+    engine.write(corpus(20), unit_vectors(20))
+    key = f"reindex:{name}"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from hybridsearch.engines.opensearch.admin import Admin
+from hybridsearch.engines.opensearch.engine import cluster_lock
+admin = Admin({admin.url!r})
+with cluster_lock(admin.client, admin.errors, {key!r}, "a held lock"):
+    print("held", flush=True)
+    time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(Exception, match=rf"already running \(\S+ pid {holder.pid},"):
+            admin.reindex(name)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert admin.client.get(index=LOCK_INDEX, id=key)["_source"]["pid"] == holder.pid  # left behind
+    assert admin.reindex(name).new == f"{name}-v2"  # at once: its process is gone
+    assert not admin.client.exists(index=LOCK_INDEX, id=key)
+
+    # the same pid recorded on another machine says nothing about a process here
+    admin.client.index(index=LOCK_INDEX, id=key, refresh=True, body={
+        "owner": f"ops-host pid {holder.pid}", "machine": "ops-host pid:[1]", "pid": holder.pid,
+        "started": "2026-11-24T10:00:00+00:00", "beat": time.time()})
+    with pytest.raises(Exception, match=rf"already running \(ops-host pid {holder.pid},"):
+        admin.reindex(name)
+    admin.client.delete(index=LOCK_INDEX, id=key)
+    engine.close()
+
+
 def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, name, tmp_path) -> None:
     """A re-ingest leaves a replaced copy of each chunk that Lucene's BM25 statistics count;
     `indices status` says so and `indices merge` drops them (after OpenSearch's retention leases

@@ -49,6 +49,7 @@ from hybridsearch.engines import (
 )
 from hybridsearch.engines.embedded.store import HDC_FIELDS, hash_text
 from hybridsearch.engines.opensearch import queries as Q
+from hybridsearch.engines.opensearch.node import pid_alive
 from hybridsearch.errors import (
     BulkWriteError,
     ConfigError,
@@ -119,6 +120,17 @@ class LockLost(EngineError):
     """Another run took over a lock this one held (it was silent for LOCK_TTL seconds)."""
 
 
+def _machine() -> str:
+    """This machine as a lock records it: the host name and the PID namespace (containers that share
+    a host name have their own process ids), so that a holder's pid is checked only where it means
+    the same process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = f"booted {time.time() - time.monotonic():.0f}"  # no /proc: this boot, as near as it can be told
+    return f"{socket.gethostname()} {namespace}"
+
+
 @contextmanager
 def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], AbstractContextManager[None]], key: str,
                  what: str, wait: float = 0.0) -> Iterator[Callable[[bool], None]]:
@@ -127,8 +139,8 @@ def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], Abstra
     every LOCK_BEAT seconds (always when forced) and raises LockLost if another run took it.
     A lock held by another run is waited for up to `wait` seconds, then refused with an error
     naming its holder; one left by a killed run is taken over once it has been silent for
-    LOCK_TTL seconds."""
-    owner = {"owner": f"{socket.gethostname()} pid {os.getpid()}",
+    LOCK_TTL seconds, or at once when it was held by a process of this machine that is gone."""
+    owner = {"owner": f"{socket.gethostname()} pid {os.getpid()}", "machine": _machine(), "pid": os.getpid(),
              "started": datetime.now(UTC).isoformat(timespec="seconds")}
     exc = opensearchpy.exceptions
     deadline = time.monotonic() + wait
@@ -154,17 +166,21 @@ def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], Abstra
             busy = EngineError(f"{what} is already running ({h.get('owner')}, started {h.get('started')}, last "
                                f"seen {silent:.0f} s ago); if that run was killed, its lock is taken over "
                                f"{LOCK_TTL:.0f} s after it was last seen")
-            if silent < LOCK_TTL:
+            gone = h.get("machine") == owner["machine"] and isinstance(h.get("pid"), int) and not pid_alive(h["pid"])
+            if silent < LOCK_TTL and not gone:
                 if time.monotonic() < deadline:
                     time.sleep(random.uniform(0.02, 0.1))
                     continue
                 raise busy
             try:
-                _log.warning("taking over the lock %s from %s, silent for %.0f s", key, h.get("owner"), silent)
+                _log.warning("taking over the lock %s from %s, %s", key, h.get("owner"),
+                             "whose process is gone" if gone else f"silent for {silent:.0f} s")
                 got = client.index(index=LOCK_INDEX, id=key, body={**owner, "beat": time.time()},
                                    if_seq_no=held["_seq_no"], if_primary_term=held["_primary_term"])
                 break
-            except exc.ConflictError:
+            except exc.ConflictError:  # another run took it over first
+                if time.monotonic() < deadline:
+                    continue
                 raise busy from None
     mine = {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
     last = time.monotonic()
