@@ -651,7 +651,8 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
 
     s = get_settings()
     password = s.opensearch_password.get_secret_value() if s.opensearch_password else None
-    got = import_saved_objects(args.url, username=s.opensearch_username, password=password)
+    got = import_saved_objects(args.url, corpus_index=args.corpus_index, username=s.opensearch_username,
+                               password=password)
     if args.json:
         print(json.dumps(got, indent=2))
     else:
@@ -853,8 +854,11 @@ def build_parser() -> argparse.ArgumentParser:
     acts = s.add_subparsers(dest="action", required=True, metavar="{import}")
     s = acts.add_parser("import", help="import the index patterns, visualizations and dashboard",
                         description="Example: hybridsearch dashboards import --url http://127.0.0.1:5601 "
-                        "(credentials: HYBRIDSEARCH_OPENSEARCH_USERNAME / HYBRIDSEARCH_OPENSEARCH_PASSWORD)")
+                        "--corpus-index papers (credentials: HYBRIDSEARCH_OPENSEARCH_USERNAME / "
+                        "HYBRIDSEARCH_OPENSEARCH_PASSWORD)")
     s.add_argument("--url", required=True, help="OpenSearch Dashboards URL")
+    s.add_argument("--corpus-index", help="the logical index the corpus panels show (default "
+                   "$HYBRIDSEARCH_OPENSEARCH_INDEX or hybridsearch)")
     s.add_argument("--json", action="store_true", help="print the import API's answer")
     s.set_defaults(func=cmd_dashboards)
 

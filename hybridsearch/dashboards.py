@@ -2,7 +2,8 @@
 
 `opensearch_templates/dashboards/hybridsearch.ndjson` holds two index patterns (the query log
 `hybridsearch-queries-*` on `@timestamp`, and the corpus `hybridsearch` with no time field, since most
-works predate any range the time picker shows), the visualizations an analyst needs (query volume,
+works predate any range the time picker shows; `saved_objects` sets the corpus title to the logical
+index the import names), the visualizations an analyst needs (query volume,
 zero-result and out-of-domain rates, latency by profile, top zero-result queries, channel hits,
 documents by subject and year) and one dashboard with all of them. `visualization_request` builds the
 `_search` body Dashboards sends for a visualization, so the saved objects can be checked against a
@@ -29,6 +30,7 @@ from hybridsearch.config import Settings, get_settings
 from hybridsearch.errors import ConfigError, EngineError, EngineUnavailableError, ValidationError
 
 FILENAME = "hybridsearch.ndjson"
+CORPUS_PATTERN = "hybridsearch-corpus-pattern"  # the id of the corpus index pattern
 METRIC_AGGS = ("count", "sum", "avg", "max", "percentiles")
 BUCKET_AGGS = ("terms", "date_histogram", "histogram", "filters")
 # Dashboards writes a single calendar unit as calendar_interval and anything else as fixed_interval
@@ -61,6 +63,17 @@ def load_saved_objects(path: Path | Traversable | None = None) -> list[dict[str,
                 raise ValidationError("a saved object needs a non-empty string", field=key, source=str(source),
                                       line=n)
         objects.append(obj)
+    return objects
+
+
+def saved_objects(corpus_index: str) -> list[dict[str, Any]]:
+    """The packaged saved objects as a deployment imports them: the corpus index pattern's title is
+    the logical index `corpus_index` (its read alias). Objects refer to index patterns by id, so
+    nothing else names it."""
+    objects = load_saved_objects()
+    for obj in objects:
+        if obj["id"] == CORPUS_PATTERN:
+            obj["attributes"]["title"] = corpus_index
     return objects
 
 
@@ -170,20 +183,24 @@ def _bucket(title: str, agg: Mapping[str, Any], metrics: Mapping[str, Mapping[st
 
 
 # -- import ------------------------------------------------------------------------------------
-def import_saved_objects(dashboards_url: str, *, username: str | None = None, password: str | None = None,
-                         overwrite: bool = True, settings: Settings | None = None) -> dict[str, Any]:
-    """Import the packaged saved objects into OpenSearch Dashboards (`POST /api/saved_objects/_import`).
-    Returns Dashboards' answer: `success`, `successCount` (objects written) and, on failure,
-    `errors` (per object: id, type and error). Raises EngineUnavailableError when Dashboards does not
-    answer, EngineError with the server's message on a non-2xx answer or `success: false`."""
-    from hybridsearch.engines.opensearch.engine import check_url, display_url
+def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None, username: str | None = None,
+                         password: str | None = None, overwrite: bool = True,
+                         settings: Settings | None = None) -> dict[str, Any]:
+    """Import the packaged saved objects into OpenSearch Dashboards (`POST /api/saved_objects/_import`),
+    the corpus index pattern naming logical index `corpus_index` (default: the settings'
+    opensearch_index). Returns Dashboards' answer: `success`, `successCount` (objects written) and,
+    on failure, `errors` (per object: id, type and error). Raises EngineUnavailableError when
+    Dashboards does not answer, EngineError with the server's message on a non-2xx answer or
+    `success: false`."""
+    from hybridsearch.engines.opensearch.engine import check_index_name, check_url, display_url
 
     check_url(dashboards_url)
-    load_saved_objects()  # a broken file fails here, with its line, not inside Dashboards
-    request = _import_request(dashboards_url, saved_objects_path().read_bytes(), username=username,
-                              password=password, overwrite=overwrite)
-    shown = display_url(dashboards_url)
     s = settings or get_settings()  # timeout and TLS as for OpenSearch
+    corpus = check_index_name(corpus_index or s.opensearch_index, "corpus_index")
+    # a broken file fails here, with its line, not inside Dashboards
+    data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in saved_objects(corpus)).encode()
+    request = _import_request(dashboards_url, data, username=username, password=password, overwrite=overwrite)
+    shown = display_url(dashboards_url)
     context = None
     if urlsplit(dashboards_url).scheme == "https":
         try:

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from hybridsearch.dashboards import (
+    CORPUS_PATTERN,
     _import_request,
     _multipart,
     import_saved_objects,
     load_saved_objects,
+    saved_objects,
     saved_objects_path,
     visualization_request,
 )
@@ -38,7 +40,7 @@ OBJECTS = load_saved_objects()
 BY_ID = {o["id"]: o for o in OBJECTS}
 VISUALIZATIONS = [o for o in OBJECTS if o["type"] == "visualization"]
 QUERY_LOG_TITLE = "hybridsearch-queries-*"
-CORPUS_TITLE = "hybridsearch"
+QUERY_LOG_PATTERN = "hybridsearch-queries-pattern"
 AGGREGATABLE = {"keyword", "integer", "long", "float", "double", "date", "boolean"}
 NUMERIC = {"integer", "long", "float", "double"}
 KUERY_FIELD = re.compile(r"([\w@.-]+):")
@@ -52,16 +54,22 @@ def _search_source(obj: Mapping[str, Any]) -> dict[str, Any]:
     return dict(json.loads(obj["attributes"]["kibanaSavedObjectMeta"]["searchSourceJSON"]))
 
 
-def _pattern_of(vis: Mapping[str, Any]) -> dict[str, Any]:
+def _pattern_of(vis: Mapping[str, Any], by_id: Mapping[str, dict[str, Any]] = BY_ID) -> dict[str, Any]:
     ref_name = _search_source(vis)["indexRefName"]
     (ref,) = [r for r in vis["references"] if r["name"] == ref_name]
-    return BY_ID[ref["id"]]
+    return by_id[ref["id"]]
 
 
 def _mappings() -> dict[str, dict[str, Any]]:
-    """Index-pattern title -> the properties of the mappings its indices get."""
-    return {QUERY_LOG_TITLE: template("hybridsearch-queries")["template"]["mappings"]["properties"],
-            CORPUS_TITLE: template("hybridsearch-chunks")["template"]["mappings"]["properties"]}
+    """Index-pattern id -> the properties of the mappings its indices get."""
+    return {QUERY_LOG_PATTERN: template("hybridsearch-queries")["template"]["mappings"]["properties"],
+            CORPUS_PATTERN: template("hybridsearch-chunks")["template"]["mappings"]["properties"]}
+
+
+def _uploaded(body: bytes) -> dict[str, dict[str, Any]]:
+    """The saved objects of an import request's multipart body, by id."""
+    part = body.split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n--", 1)[0]
+    return {o["id"]: o for o in map(json.loads, part.decode().splitlines())}
 
 
 def _field_type(properties: Mapping[str, Any], dotted: str) -> str | None:
@@ -93,9 +101,9 @@ def _fields(vis: Mapping[str, Any]) -> list[tuple[str, str]]:
 def test_the_file_is_packaged_next_to_the_templates() -> None:
     assert saved_objects_path().name == "hybridsearch.ndjson"
     assert {o["type"] for o in OBJECTS} == {"index-pattern", "visualization", "dashboard"}
-    patterns = {o["attributes"]["title"]: o["attributes"] for o in OBJECTS if o["type"] == "index-pattern"}
-    assert patterns[QUERY_LOG_TITLE]["timeFieldName"] == "@timestamp"
-    assert "timeFieldName" not in patterns[CORPUS_TITLE]
+    patterns = {o["id"]: o["attributes"] for o in OBJECTS if o["type"] == "index-pattern"}
+    assert patterns[QUERY_LOG_PATTERN]["timeFieldName"] == "@timestamp"
+    assert "timeFieldName" not in patterns[CORPUS_PATTERN]
 
 
 def test_ids_are_unique_and_every_reference_resolves() -> None:
@@ -130,7 +138,7 @@ def test_every_field_is_mapped_and_aggregatable() -> None:
     mappings = _mappings()
     seen = set()
     for vis in VISUALIZATIONS:
-        props = mappings[_pattern_of(vis)["attributes"]["title"]]
+        props = mappings[_pattern_of(vis)["id"]]
         for kind, field in _fields(vis):
             mapped = _field_type(props, field)
             where = f"{vis['id']}: {kind} on {field!r} (mapped as {mapped})"
@@ -143,9 +151,9 @@ def test_every_field_is_mapped_and_aggregatable() -> None:
     assert {"channel_hits.bm25", "channel_hits.dense", "channel_hits.hdc", "channel_hits.citation", "subjects",
             "year", "ms", "profile", "zero_result", "out_of_domain", "query", "@timestamp"} <= seen
     # the resolver itself: text and disabled objects are not aggregatable
-    assert _field_type(mappings[QUERY_LOG_TITLE], "query.text") == "text"
-    assert _field_type(mappings[CORPUS_TITLE], "metadata") == "object"
-    assert _field_type(mappings[CORPUS_TITLE], "no.such") is None
+    assert _field_type(mappings[QUERY_LOG_PATTERN], "query.text") == "text"
+    assert _field_type(mappings[CORPUS_PATTERN], "metadata") == "object"
+    assert _field_type(mappings[CORPUS_PATTERN], "no.such") is None
 
 
 def test_a_broken_line_is_named(tmp_path: Path) -> None:
@@ -255,16 +263,13 @@ def _check_levels(vis_id: str, aggs: Mapping[str, Any], bucket_ids: list[str], m
 @pytest.mark.parametrize("vis_id", [v["id"] for v in VISUALIZATIONS])
 def test_every_visualization_returns_data(workload: tuple[Any, str], vis_id: str) -> None:
     client, logical = workload
-    vis = BY_ID[vis_id]
+    imported = {o["id"]: o for o in saved_objects(logical)}  # as `dashboards import --corpus-index` sends them
+    vis = imported[vis_id]
     body = visualization_request(vis)
-    title = _pattern_of(vis)["attributes"]["title"]
-    if title == QUERY_LOG_TITLE:
-        index = QUERY_LOG_TITLE
+    pattern = _pattern_of(vis, imported)
+    if pattern["id"] == QUERY_LOG_PATTERN:
         body["query"] = {"bool": {"must": [body["query"]], "filter": [{"term": {"index": logical}}]}}
-    else:
-        assert title == CORPUS_TITLE
-        index = logical  # the test's logical index stands in for the default one
-    resp = client.search(index=index, body=body)
+    resp = client.search(index=pattern["attributes"]["title"], body=body)
     assert resp["hits"]["total"]["value"] > 0, vis_id
     aggs = [a for a in _state(vis)["aggs"] if a.get("enabled", True)]
     buckets = [a["id"] for a in aggs if a["type"] in ("terms", "date_histogram", "histogram", "filters")]
@@ -353,7 +358,7 @@ def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
     path, headers, body = _Dashboards.seen[-1]
     assert path == "/api/saved_objects/_import?overwrite=true"
     assert {k.lower(): v for k, v in headers.items()}["osd-xsrf"] == "true"
-    assert saved_objects_path().read_bytes() in body
+    assert _uploaded(body) == {o["id"]: o for o in saved_objects("hybridsearch")}
 
     _Dashboards.answer = (200, json.dumps({"success": False, "successCount": 0, "errors": [
         {"id": "hybridsearch-dashboard", "type": "dashboard",
@@ -372,3 +377,28 @@ def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
     with pytest.raises(EngineError, match=r"HTTP 400: Invalid file extension .txt") as e:
         import_saved_objects(fake_dashboards)
     assert not isinstance(e.value, EngineUnavailableError)
+
+
+def test_import_names_the_corpus_index_it_is_given(fake_dashboards: str) -> None:
+    """The corpus index pattern the user gets names `--corpus-index`, by default the settings'
+    logical index; every visualization still reaches it by id."""
+    _Dashboards.answer = (200, json.dumps({"success": True, "successCount": len(OBJECTS)}).encode())
+    env = {k: v for k, v in os.environ.items() if k != "HYBRIDSEARCH_OPENSEARCH_INDEX"}
+    for args, extra, want in ((["--corpus-index", "papers"], {}, "papers"),
+                              ([], {"HYBRIDSEARCH_OPENSEARCH_INDEX": "theses"}, "theses"), ([], {}, "hybridsearch")):
+        out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, *args], capture_output=True,
+                             text=True, timeout=60, env={**env, **extra})
+        assert out.returncode == 0, out.stderr
+        got = _uploaded(_Dashboards.seen[-1][2])
+        assert got[CORPUS_PATTERN]["attributes"] == {"title": want}
+        assert got[QUERY_LOG_PATTERN]["attributes"]["title"] == QUERY_LOG_TITLE
+        corpus_panels = [v for v in got.values() if v["type"] == "visualization" and _pattern_of(v, got)["id"]
+                         == CORPUS_PATTERN]
+        assert {v["id"] for v in corpus_panels} == {"hybridsearch-documents-by-subject",
+                                                    "hybridsearch-documents-by-year"}
+    seen = len(_Dashboards.seen)
+    out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, "--corpus-index", "Papers"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("error: corpus_index: 'Papers' is not a valid logical "
+                                                         "index name") and out.stderr.count("\n") == 1
+    assert len(_Dashboards.seen) == seen  # refused before anything was sent

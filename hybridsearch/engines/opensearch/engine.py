@@ -210,11 +210,12 @@ def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], Abstra
                          LOCK_TTL, error_reason(e))
 
 
-def check_index_name(name: str) -> str:
-    """A logical index name: lower case, not a version name, not an alias, query-log or lock name."""
+def check_index_name(name: str, field: str = "index") -> str:
+    """A logical index name: lower case, not a version name, not an alias, query-log or lock name
+    (`field` names the option or parameter in the error)."""
     if (not _NAME.match(name) or re.search(r"-v\d+$", name) or name.endswith("-write")
             or name.startswith("hybridsearch-queries") or name == LOCK_INDEX):
-        raise ConfigError(f"index: {name!r} is not a valid logical index name (lower-case letters, digits, '-', "
+        raise ConfigError(f"{field}: {name!r} is not a valid logical index name (lower-case letters, digits, '-', "
                           f"'_', '.'; not ending in -v<N> or -write; not hybridsearch-queries* or {LOCK_INDEX})")
     return name
 
