@@ -630,7 +630,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         try:
             confirm(f"delete query-log indices older than {args.older_than} at {admin.url}?", args.yes)
             with admin.errors("prune query log"):
-                gone = querylog.prune_indices(admin.client, age)
+                gone = querylog.prune_indices(admin.client, age, get_settings().query_log_prefix)
         finally:
             admin.close()
     else:  # JSONL files: HYBRIDSEARCH_QUERY_LOG_DIR, else the index directory's

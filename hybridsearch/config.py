@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -87,6 +88,9 @@ class Settings(BaseSettings):
                                        "<index dir>/querylog on the embedded engine, daily indices on OpenSearch")
     query_log_buffer: int = Field(default=10_000, ge=1, description="records held before new ones are dropped")
     query_log_batch: int = Field(default=500, ge=1, description="records per write")
+    query_log_prefix: str = Field(default="hybridsearch-queries-", description="name prefix of the daily "
+                                  "query-log indices on OpenSearch (<prefix>YYYY.MM.DD); their index template, "
+                                  "deletion policy, `logs prune` and the dashboards' index pattern follow it")
 
     # OpenSearch engine (a cluster, or the local node that `hybridsearch opensearch start` runs)
     opensearch_url: str | None = None
@@ -120,6 +124,14 @@ class Settings(BaseSettings):
     opensearch_heap: str = "1g"
     opensearch_java_home: Path | None = None
     opensearch_start_timeout: float = Field(default=180.0, gt=0)
+
+    @field_validator("query_log_prefix")
+    @classmethod
+    def _index_prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,200}", value):
+            raise ValueError("not an index-name prefix (lower-case letters, digits, '-', '_' and '.', starting "
+                             "with a letter or digit)")
+        return value
 
 
 _cache: tuple[tuple[tuple[str, str], ...], Settings] | None = None

@@ -2,8 +2,8 @@
 
 `opensearch_templates/dashboards/hybridsearch.ndjson` holds two index patterns (the query log
 `hybridsearch-queries-*` on `@timestamp`, and the corpus `hybridsearch` with no time field, since most
-works predate any range the time picker shows; `saved_objects` sets the corpus title to the logical
-index the import names), the visualizations an analyst needs (query volume,
+works predate any range the time picker shows; `saved_objects` sets their titles to the deployment's
+query-log prefix and the logical index the import names), the visualizations an analyst needs (query volume,
 zero-result and out-of-domain rates, latency by profile, top zero-result queries, channel hits,
 documents by subject and year) and one dashboard with all of them. `visualization_request` builds the
 `_search` body Dashboards sends for a visualization, so the saved objects can be checked against a
@@ -30,7 +30,8 @@ from hybridsearch.config import Settings, get_settings
 from hybridsearch.errors import ConfigError, EngineError, EngineUnavailableError, ValidationError
 
 FILENAME = "hybridsearch.ndjson"
-CORPUS_PATTERN = "hybridsearch-corpus-pattern"  # the id of the corpus index pattern
+CORPUS_PATTERN = "hybridsearch-corpus-pattern"  # the ids of the two index patterns
+QUERY_LOG_PATTERN = "hybridsearch-queries-pattern"
 METRIC_AGGS = ("count", "sum", "avg", "max", "percentiles")
 BUCKET_AGGS = ("terms", "date_histogram", "histogram", "filters")
 # Dashboards writes a single calendar unit as calendar_interval and anything else as fixed_interval
@@ -66,14 +67,15 @@ def load_saved_objects(path: Path | Traversable | None = None) -> list[dict[str,
     return objects
 
 
-def saved_objects(corpus_index: str) -> list[dict[str, Any]]:
+def saved_objects(corpus_index: str, query_log_prefix: str) -> list[dict[str, Any]]:
     """The packaged saved objects as a deployment imports them: the corpus index pattern's title is
-    the logical index `corpus_index` (its read alias). Objects refer to index patterns by id, so
-    nothing else names it."""
+    the logical index `corpus_index` (its read alias), the query log's `<query_log_prefix>*`.
+    Objects refer to index patterns by id, so nothing else names them."""
+    titles = {CORPUS_PATTERN: corpus_index, QUERY_LOG_PATTERN: f"{query_log_prefix}*"}
     objects = load_saved_objects()
     for obj in objects:
-        if obj["id"] == CORPUS_PATTERN:
-            obj["attributes"]["title"] = corpus_index
+        if obj["id"] in titles:
+            obj["attributes"]["title"] = titles[obj["id"]]
     return objects
 
 
@@ -188,17 +190,18 @@ def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None
                          settings: Settings | None = None) -> dict[str, Any]:
     """Import the packaged saved objects into OpenSearch Dashboards (`POST /api/saved_objects/_import`),
     the corpus index pattern naming logical index `corpus_index` (default: the settings'
-    opensearch_index). Returns Dashboards' answer: `success`, `successCount` (objects written) and,
-    on failure, `errors` (per object: id, type and error). Raises EngineUnavailableError when
-    Dashboards does not answer, EngineError with the server's message on a non-2xx answer or
-    `success: false`."""
+    opensearch_index) and the query-log one the indices of the settings' query_log_prefix. Returns
+    Dashboards' answer: `success`, `successCount` (objects written) and, on failure, `errors` (per
+    object: id, type and error). Raises EngineUnavailableError when Dashboards does not answer,
+    EngineError with the server's message on a non-2xx answer or `success: false`."""
     from hybridsearch.engines.opensearch.engine import check_index_name, check_url, display_url
 
     check_url(dashboards_url)
     s = settings or get_settings()  # timeout and TLS as for OpenSearch
     corpus = check_index_name(corpus_index or s.opensearch_index, "corpus_index")
     # a broken file fails here, with its line, not inside Dashboards
-    data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in saved_objects(corpus)).encode()
+    objects = saved_objects(corpus, s.query_log_prefix)
+    data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objects).encode()
     request = _import_request(dashboards_url, data, username=username, password=password, overwrite=overwrite)
     shown = display_url(dashboards_url)
     context = None

@@ -9,8 +9,8 @@ counts its failures. The first loss of each kind is logged as a warning, and clo
 lost records says how many; the HTTP service exports the counts as metrics. A forked child logs
 through a writer thread and connections of its own; a multiprocessing child (a pool's worker,
 which may be terminated at any moment) writes each record as it comes. On OpenSearch records
-go to daily indices `hybridsearch-queries-YYYY.MM.DD` (template
-`opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL files
+go to daily indices `<HYBRIDSEARCH_QUERY_LOG_PREFIX>YYYY.MM.DD`, `hybridsearch-queries-YYYY.MM.DD` by
+default (template `opensearch_templates/hybridsearch-queries.json`); on the embedded engine to daily JSONL files
 `queries-YYYY-MM-DD.jsonl` with the same fields.
 """
 
@@ -36,7 +36,6 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.models import SearchResult
 
 _log = logging.getLogger("hybridsearch.querylog")
-INDEX_PREFIX = "hybridsearch-queries-"
 FILE_PREFIX = "queries-"
 TOP_IDS = 10
 
@@ -257,6 +256,7 @@ class OpenSearchSink:
 
         self._make = lambda: make_client(url, settings)
         self.client, self._pid = self._make(), os.getpid()
+        self.prefix = settings.query_log_prefix
         self._template = False
 
     def write(self, records: Sequence[dict[str, Any]]) -> None:
@@ -264,19 +264,20 @@ class OpenSearchSink:
         from opensearchpy import helpers
 
         from hybridsearch.engines.opensearch import queries as Q
-        from hybridsearch.engines.opensearch.admin import QUERY_LOG_TEMPLATE, put_template
+        from hybridsearch.engines.opensearch.admin import put_template
 
         if self._pid != os.getpid():  # a forked child: its own connections, never the parent's sockets
             self.client, self._pid = self._make(), os.getpid()
         if not self._template:
             self._template = True
             try:
-                put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE))
+                put_template(self.client, "index template", *Q.query_log_template(self.prefix))
             except opensearchpy.exceptions.TransportError as e:
                 if e.status_code not in (401, 403):  # a user who may only write: `templates apply` puts it
                     self._template = False
                     raise
-        actions = [{"_op_type": "create", "_index": index_for(r["@timestamp"]), "_source": r} for r in records]
+        actions = [{"_op_type": "create", "_index": index_for(r["@timestamp"], self.prefix), "_source": r}
+                   for r in records]
         _, errors = helpers.bulk(self.client, actions, raise_on_error=False, stats_only=False)
         if errors:
             raise RuntimeError(f"{len(errors)} query-log records were rejected: {errors[0]}")
@@ -285,9 +286,9 @@ class OpenSearchSink:
         self.client.close()
 
 
-def index_for(timestamp: str) -> str:
-    """The daily query-log index of an ISO timestamp (UTC)."""
-    return INDEX_PREFIX + timestamp[:10].replace("-", ".")
+def index_for(timestamp: str, prefix: str) -> str:
+    """The daily query-log index of an ISO timestamp (UTC), for indices named `<prefix>YYYY.MM.DD`."""
+    return prefix + timestamp[:10].replace("-", ".")
 
 
 def open_query_log(engine: Any, settings: Settings | None = None) -> QueryLog | None:
@@ -348,13 +349,13 @@ def prune_files(directory: Path, older_than: dt.timedelta, now: dt.datetime | No
     return out
 
 
-def prune_indices(client: Any, older_than: dt.timedelta, now: dt.datetime | None = None) -> list[str]:
-    """Delete daily query-log indices whose whole day lies before now - older_than."""
+def prune_indices(client: Any, older_than: dt.timedelta, prefix: str, now: dt.datetime | None = None) -> list[str]:
+    """Delete the daily query-log indices `<prefix>YYYY.MM.DD` whose whole day lies before now - older_than."""
     cutoff = (now or dt.datetime.now(dt.UTC)) - older_than
-    names = sorted(client.indices.get(index=f"{INDEX_PREFIX}*", params={"expand_wildcards": "all"}))
+    names = sorted(client.indices.get(index=f"{prefix}*", params={"expand_wildcards": "all"}))
     doomed = []
     for name in names:
-        day = _day(name[len(INDEX_PREFIX):], "%Y.%m.%d")
+        day = _day(name[len(prefix):], "%Y.%m.%d")
         if day is not None and day + dt.timedelta(days=1) <= cutoff:
             doomed.append(name)
     for i in range(0, len(doomed), 50):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the session's query log on OpenSearch: daily indices of its own (deleted at its end), never those
+# of a deployment or another run that share the node
+QUERY_LOG_PREFIX = f"test-queries-{uuid.uuid4().hex[:8]}-"
+os.environ["HYBRIDSEARCH_QUERY_LOG_PREFIX"] = QUERY_LOG_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "hybridsearch" / "data" / "demo"
@@ -43,6 +48,30 @@ def before_vector_sample(monkeypatch: pytest.MonkeyPatch, before: Callable[[Any]
         return sample(self, n, filters)
 
     monkeypatch.setattr(EmbeddedEngine, "vector_sample", spied)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_query_log() -> Iterator[None]:
+    """At the session's end, delete its query-log indices, template and deletion policy from the node."""
+    yield
+    from hybridsearch.config import get_settings
+
+    settings = get_settings()
+    if not settings.opensearch_url:
+        return
+    from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.engines.opensearch.engine import make_client
+
+    client = make_client(settings.opensearch_url, settings)
+    try:
+        names = list(client.indices.get(index=f"{QUERY_LOG_PREFIX}*", params={"expand_wildcards": "all"}))
+        for i in range(0, len(names), 50):
+            client.indices.delete(index=",".join(names[i:i + 50]))
+        client.indices.delete_index_template(name=Q.query_log_template(QUERY_LOG_PREFIX)[0], ignore=404)
+        client.transport.perform_request("DELETE", f"/_plugins/_ism/policies/{Q.query_log_policy(QUERY_LOG_PREFIX)[0]}",
+                                         params={"ignore": [400, 404]})
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")

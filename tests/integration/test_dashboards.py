@@ -30,7 +30,7 @@ from hybridsearch.dashboards import (
 )
 from hybridsearch.engines.opensearch.queries import template
 from hybridsearch.errors import EngineError, EngineUnavailableError, ValidationError
-from tests.conftest import DEMO
+from tests.conftest import DEMO, QUERY_LOG_PREFIX
 
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
 OBJECTS = load_saved_objects()
 BY_ID = {o["id"]: o for o in OBJECTS}
 VISUALIZATIONS = [o for o in OBJECTS if o["type"] == "visualization"]
-QUERY_LOG_TITLE = "hybridsearch-queries-*"
+QUERY_LOG_TITLE = f"{QUERY_LOG_PREFIX}*"  # the session's query log (tests/conftest.py)
 QUERY_LOG_PATTERN = "hybridsearch-queries-pattern"
 AGGREGATABLE = {"keyword", "integer", "long", "float", "double", "date", "boolean"}
 NUMERIC = {"integer", "long", "float", "double"}
@@ -210,7 +210,7 @@ WORKLOAD = [
 @pytest.fixture(scope="module")
 def workload(opensearch_url: str, encoder: Any) -> Iterator[tuple[Any, str]]:
     """The demo corpus in a fresh logical index and a logged workload of searches on it; yields
-    (client, logical index name). Removes the corpus and its query-log records afterwards."""
+    (client, logical index name). Removes the corpus afterwards (and the session its query log)."""
     from hybridsearch.config import get_settings
     from hybridsearch.engines.opensearch import OpenSearchEngine
     from indexer.pipeline import ingest
@@ -219,7 +219,6 @@ def workload(opensearch_url: str, encoder: Any) -> Iterator[tuple[Any, str]]:
 
     engine = OpenSearchEngine(opensearch_url, index=f"dash-{uuid.uuid4().hex[:8]}")
     client = engine.client
-    before = set(client.indices.get(index="hybridsearch-queries-*", params={"expand_wildcards": "all"}))
     try:
         ingest(engine, DEMO, encoder=encoder, progress=False)
         log = QueryLog(OpenSearchSink(opensearch_url, get_settings()))
@@ -228,15 +227,10 @@ def workload(opensearch_url: str, encoder: Any) -> Iterator[tuple[Any, str]]:
         searcher.close()
         assert log.stats()["written"] == len(WORKLOAD) and log.stats()["failed"] == 0, log.stats()
         assert any(str(r).startswith("out of domain") for r in reasons), reasons
-        client.indices.refresh(index="hybridsearch-queries-*")
+        client.indices.refresh(index=QUERY_LOG_TITLE)
         client.indices.refresh(index=engine.index)
         yield client, engine.index
     finally:
-        client.delete_by_query(index="hybridsearch-queries-*", body={"query": {"term": {"index": engine.index}}},
-                               params={"refresh": "true", "conflicts": "proceed"})
-        for name in set(client.indices.get(index="hybridsearch-queries-*")) - before:
-            if client.count(index=name)["count"] == 0:  # created by this workload and holding nothing else
-                client.indices.delete(index=name, params={"ignore_unavailable": "true"})
         engine.drop()
         engine.close()
 
@@ -263,7 +257,7 @@ def _check_levels(vis_id: str, aggs: Mapping[str, Any], bucket_ids: list[str], m
 @pytest.mark.parametrize("vis_id", [v["id"] for v in VISUALIZATIONS])
 def test_every_visualization_returns_data(workload: tuple[Any, str], vis_id: str) -> None:
     client, logical = workload
-    imported = {o["id"]: o for o in saved_objects(logical)}  # as `dashboards import --corpus-index` sends them
+    imported = {o["id"]: o for o in saved_objects(logical, QUERY_LOG_PREFIX)}  # as the import sends them
     vis = imported[vis_id]
     body = visualization_request(vis)
     pattern = _pattern_of(vis, imported)
@@ -358,7 +352,7 @@ def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
     path, headers, body = _Dashboards.seen[-1]
     assert path == "/api/saved_objects/_import?overwrite=true"
     assert {k.lower(): v for k, v in headers.items()}["osd-xsrf"] == "true"
-    assert _uploaded(body) == {o["id"]: o for o in saved_objects("hybridsearch")}
+    assert _uploaded(body) == {o["id"]: o for o in saved_objects("hybridsearch", QUERY_LOG_PREFIX)}
 
     _Dashboards.answer = (200, json.dumps({"success": False, "successCount": 0, "errors": [
         {"id": "hybridsearch-dashboard", "type": "dashboard",
@@ -379,19 +373,22 @@ def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
     assert not isinstance(e.value, EngineUnavailableError)
 
 
-def test_import_names_the_corpus_index_it_is_given(fake_dashboards: str) -> None:
+def test_import_names_the_corpus_index_and_query_log_it_is_given(fake_dashboards: str) -> None:
     """The corpus index pattern the user gets names `--corpus-index`, by default the settings'
-    logical index; every visualization still reaches it by id."""
+    logical index, and the query-log one HYBRIDSEARCH_QUERY_LOG_PREFIX's indices; every
+    visualization still reaches them by id."""
     _Dashboards.answer = (200, json.dumps({"success": True, "successCount": len(OBJECTS)}).encode())
     env = {k: v for k, v in os.environ.items() if k != "HYBRIDSEARCH_OPENSEARCH_INDEX"}
-    for args, extra, want in ((["--corpus-index", "papers"], {}, "papers"),
-                              ([], {"HYBRIDSEARCH_OPENSEARCH_INDEX": "theses"}, "theses"), ([], {}, "hybridsearch")):
+    for args, extra, corpus, log in (
+            (["--corpus-index", "papers"], {}, "papers", QUERY_LOG_TITLE),
+            ([], {"HYBRIDSEARCH_OPENSEARCH_INDEX": "theses"}, "theses", QUERY_LOG_TITLE),
+            ([], {"HYBRIDSEARCH_QUERY_LOG_PREFIX": "staging-queries-"}, "hybridsearch", "staging-queries-*")):
         out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, *args], capture_output=True,
                              text=True, timeout=60, env={**env, **extra})
         assert out.returncode == 0, out.stderr
         got = _uploaded(_Dashboards.seen[-1][2])
-        assert got[CORPUS_PATTERN]["attributes"] == {"title": want}
-        assert got[QUERY_LOG_PATTERN]["attributes"]["title"] == QUERY_LOG_TITLE
+        assert got[CORPUS_PATTERN]["attributes"] == {"title": corpus}
+        assert got[QUERY_LOG_PATTERN]["attributes"] == {"title": log, "timeFieldName": "@timestamp"}
         corpus_panels = [v for v in got.values() if v["type"] == "visualization" and _pattern_of(v, got)["id"]
                          == CORPUS_PATTERN]
         assert {v["id"] for v in corpus_panels} == {"hybridsearch-documents-by-subject",

@@ -302,10 +302,13 @@ def test_a_restore_refuses_what_it_cannot_replace_and_undoes_a_failed_one(admin,
 
 
 def test_templates_apply_is_idempotent(admin, name) -> None:
+    from hybridsearch.engines.opensearch import queries as Q
+
     admin.create(name)
     first = {(c.kind, c.name): c.action for c in admin.apply_templates([name])}
     assert first[("index template", f"hybridsearch-{name}")] == "unchanged"  # create put it
-    ism = first[("ISM policy", "hybridsearch-queries-30d")]
+    ism = first[("ISM policy", Q.query_log_policy(admin.settings.query_log_prefix)[0])]
+    assert first[("index template", Q.query_log_name(admin.settings.query_log_prefix))] in ("created", "unchanged")
     if "opensearch-index-management" in admin.plugins():
         assert ism in ("created", "unchanged")
     else:

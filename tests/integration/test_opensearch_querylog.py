@@ -13,7 +13,7 @@ import pytest
 
 from hybridsearch.config import get_settings
 from query_service.querylog import OpenSearchSink, QueryLog, index_for
-from tests.conftest import DEMO
+from tests.conftest import DEMO, QUERY_LOG_PREFIX
 
 pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
@@ -33,12 +33,12 @@ def test_searches_are_logged_to_the_daily_index(opensearch_index) -> None:
     searcher.close()
     assert log.stats()["written"] == 3 and log.stats()["failed"] == 0
     client = engine.client
-    client.indices.refresh(index="hybridsearch-queries-*")
-    got = client.search(index="hybridsearch-queries-*", body={
+    client.indices.refresh(index=f"{QUERY_LOG_PREFIX}*")
+    got = client.search(index=f"{QUERY_LOG_PREFIX}*", body={
         "size": 10, "query": {"term": {"index": engine.index}}, "sort": [{"@timestamp": "asc"}]})["hits"]["hits"]
     records = [h["_source"] for h in got]
     assert [r["query"] for r in records] == ["Gödel incompleteness", "zzzzqx wvvvq", "Banach fixed point"]
-    assert all(h["_index"] == index_for(h["_source"]["@timestamp"]) for h in got)
+    assert all(h["_index"] == index_for(h["_source"]["@timestamp"], QUERY_LOG_PREFIX) for h in got)
     assert records[0]["engine"] == "opensearch" and records[0]["hits"] == 5 and len(records[0]["top_ids"]) == 5
     assert records[1]["zero_result"] is True and records[1]["hits"] == 0
     assert records[2]["key"] == "analyst"
@@ -46,7 +46,7 @@ def test_searches_are_logged_to_the_daily_index(opensearch_index) -> None:
     assert mapping["query"]["type"] == "keyword" and mapping["ms"]["type"] == "float"
     assert mapping["channel_hits"]["properties"]["bm25"]["type"] == "integer"
     # aggregations an analyst runs work on the mapped fields
-    aggs = client.search(index="hybridsearch-queries-*", body={
+    aggs = client.search(index=f"{QUERY_LOG_PREFIX}*", body={
         "size": 0, "query": {"term": {"index": engine.index}},
         "aggs": {"zero": {"terms": {"field": "zero_result"}}, "p95": {"percentiles": {"field": "ms",
                                                                                         "percents": [95]}}}})
@@ -69,21 +69,45 @@ def test_an_unreachable_log_never_fails_a_search(opensearch_index) -> None:
     searcher.close()
 
 
-def test_logs_prune_deletes_old_daily_indices(opensearch_url) -> None:
+def test_logs_prune_deletes_old_daily_indices_of_its_own_prefix_only(opensearch_url) -> None:
+    """The query log's indices, template pattern and `logs prune` follow HYBRIDSEARCH_QUERY_LOG_PREFIX:
+    another environment's log on the same node (another prefix) keeps its days."""
+    import os
+
+    from hybridsearch.config import Settings
+    from hybridsearch.engines.opensearch import queries as Q
+
     marker = f"prune-{uuid.uuid4().hex[:6]}"
+    other_prefix = f"test-other-{uuid.uuid4().hex[:8]}-"
     sink = OpenSearchSink(opensearch_url, get_settings())
+    other = OpenSearchSink(opensearch_url, Settings(query_log_prefix=other_prefix))
     old = {"@timestamp": "2020-01-02T03:04:05.000Z", "query": marker, "index": marker}
-    sink.write([old])
-    assert sink.client.indices.exists(index="hybridsearch-queries-2020.01.02")
-    refused = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url],
-                             capture_output=True, text=True, input="")
-    assert refused.returncode == 2 and "refused without --yes" in refused.stderr
-    out = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url, "--yes", "--json"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert "hybridsearch-queries-2020.01.02" in json.loads(out.stdout)["deleted"]
-    assert not sink.client.indices.exists(index="hybridsearch-queries-2020.01.02")
-    sink.close()
+    try:
+        sink.write([old])
+        other.write([old])
+        mine, theirs = f"{QUERY_LOG_PREFIX}2020.01.02", f"{other_prefix}2020.01.02"
+        assert sink.client.indices.exists(index=mine) and sink.client.indices.exists(index=theirs)
+        for prefix in (QUERY_LOG_PREFIX, other_prefix):  # each log's template covers its own indices
+            (tpl,) = sink.client.indices.get_index_template(name=Q.query_log_name(prefix))["index_templates"]
+            assert tpl["index_template"]["index_patterns"] == [f"{prefix}*"]
+        refused = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url],
+                                 capture_output=True, text=True, input="")
+        assert refused.returncode == 2 and "refused without --yes" in refused.stderr
+        out = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url, "--yes", "--json"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        deleted = json.loads(out.stdout)["deleted"]
+        assert mine in deleted and all(name.startswith(QUERY_LOG_PREFIX) for name in deleted)
+        assert not sink.client.indices.exists(index=mine) and sink.client.indices.exists(index=theirs)
+        env = {**os.environ, "HYBRIDSEARCH_QUERY_LOG_PREFIX": other_prefix}
+        out = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url, "--yes", "--json"],
+                             capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and json.loads(out.stdout)["deleted"] == [theirs], out.stderr
+    finally:
+        sink.client.indices.delete(index=f"{other_prefix}*", params={"ignore_unavailable": "true"})
+        sink.client.indices.delete_index_template(name=Q.query_log_name(other_prefix), ignore=404)
+        sink.close()
+        other.close()
 
 
 def test_a_forked_child_logs_through_connections_of_its_own(opensearch_url) -> None:
@@ -108,10 +132,11 @@ def test_a_forked_child_logs_through_connections_of_its_own(opensearch_url) -> N
     assert os.waitstatus_to_exitcode(status) == 0
     sink.write([{**rec, "query": "parent after"}])
     assert sink.client is parent_client
-    sink.client.indices.refresh(index="hybridsearch-queries-2026.01.02")
-    got = sink.client.search(index="hybridsearch-queries-2026.01.02", body={"query": {"term": {"index": marker}}})
+    day = f"{QUERY_LOG_PREFIX}2026.01.02"
+    sink.client.indices.refresh(index=day)
+    got = sink.client.search(index=day, body={"query": {"term": {"index": marker}}})
     assert sorted(h["_source"]["query"] for h in got["hits"]["hits"]) == ["child", "parent after", "parent before"]
-    sink.client.indices.delete(index="hybridsearch-queries-2026.01.02")
+    sink.client.indices.delete(index=day)
     sink.close()
 
 

@@ -157,6 +157,25 @@ def test_an_empty_log_dir_variable_is_unset_not_the_working_directory(monkeypatc
     assert s.query_log_dir is None and s.index_dir == Settings.model_fields["index_dir"].default
 
 
+def test_the_query_log_prefix_is_checked_as_an_index_name_prefix(monkeypatch) -> None:
+    import os
+
+    from hybridsearch.config import Settings, get_settings
+    from hybridsearch.errors import ConfigError
+
+    monkeypatch.delenv("HYBRIDSEARCH_QUERY_LOG_PREFIX")
+    assert Settings().query_log_prefix == "hybridsearch-queries-"
+    for bad in ("Queries-", "-queries-", "q*", "a b", "logs/"):
+        monkeypatch.setenv("HYBRIDSEARCH_QUERY_LOG_PREFIX", bad)
+        with pytest.raises(ConfigError, match=r"^HYBRIDSEARCH_QUERY_LOG_PREFIX: .*not an index-name prefix") as e:
+            get_settings()
+        assert "\n" not in str(e.value)
+    out = subprocess.run([EXE, "logs", "prune", "--older-than", "1d", "--url", "http://127.0.0.1:1", "--yes"],
+                         capture_output=True, text=True, env={**os.environ, "HYBRIDSEARCH_QUERY_LOG_PREFIX": "Bad*"})
+    assert out.returncode == 2 and out.stderr.startswith("error: HYBRIDSEARCH_QUERY_LOG_PREFIX: ")
+    assert out.stderr.count("\n") == 1 and "(got 'Bad*')" in out.stderr
+
+
 def test_the_longest_accepted_query_is_kept_whole_for_the_dashboards() -> None:
     from hybridsearch.config import Settings
     from hybridsearch.engines.opensearch.queries import template

@@ -46,8 +46,6 @@ from hybridsearch.errors import ConfigError, EngineError, HybridSearchError, Ind
 _log = logging.getLogger("hybridsearch.opensearch")
 VERSIONED = re.compile(r"^(?P<name>.+)-v(?P<version>\d+)$")
 SEARCH_PIPELINES = ("hybridsearch-minmax", "hybridsearch-rrf")
-QUERY_LOG_TEMPLATE = "hybridsearch-queries"
-QUERY_LOG_POLICY = "hybridsearch-queries-30d"
 # Dynamic settings an operator tunes on a live version (replicas, refresh, result window, shard
 # allocation, slow logs, translog durability): `reindex` carries them to the next version, over
 # what the templates give it.
@@ -287,7 +285,8 @@ class Admin:
             for name in [check_index_name(n) for n in names] if names else [ix.name for ix in self.indices()]:
                 out.append(put_template(self.client, "index template", f"hybridsearch-{name}",
                                         Q.index_template(name, knn)))
-            out.append(put_template(self.client, "index template", QUERY_LOG_TEMPLATE, Q.template(QUERY_LOG_TEMPLATE)))
+            out.append(put_template(self.client, "index template",
+                                    *Q.query_log_template(self.settings.query_log_prefix)))
             for pid in SEARCH_PIPELINES:
                 body = Q.template(f"pipelines/{pid}")
                 got = self.client.transport.perform_request("GET", f"/_search/pipeline/{pid}", params={"ignore": 404})
@@ -304,22 +303,22 @@ class Admin:
             return {p["component"] for p in self.client.cat.plugins(format="json")}
 
     def _apply_ism_policy(self) -> Change:
+        name, body = Q.query_log_policy(self.settings.query_log_prefix)
         if "opensearch-index-management" not in self.plugins():
-            return Change("ISM policy", QUERY_LOG_POLICY, "skipped",
+            return Change("ISM policy", name, "skipped",
                           "index-management plugin not installed; prune with `hybridsearch logs prune`")
-        body = Q.template(f"policies/{QUERY_LOG_POLICY}")
         tag = f" [digest {digest(body)}]"
         body["policy"]["description"] += tag
-        path = f"/_plugins/_ism/policies/{QUERY_LOG_POLICY}"
+        path = f"/_plugins/_ism/policies/{name}"
         got = self.client.transport.perform_request("GET", path, params={"ignore": 404})
         if isinstance(got, dict) and "policy" in got:
             if str(got["policy"].get("description", "")).endswith(tag):
-                return Change("ISM policy", QUERY_LOG_POLICY, "unchanged")
+                return Change("ISM policy", name, "unchanged")
             self.client.transport.perform_request("PUT", path, body=body, params={
                 "if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]})
-            return Change("ISM policy", QUERY_LOG_POLICY, "updated")
+            return Change("ISM policy", name, "updated")
         self.client.transport.perform_request("PUT", path, body=body)
-        return Change("ISM policy", QUERY_LOG_POLICY, "created")
+        return Change("ISM policy", name, "created")
 
     # -- logical indices --------------------------------------------------------------------------
     def indices(self) -> list[LogicalIndex]:

@@ -70,6 +70,28 @@ def index_template(index: str, knn_engine: KnnEngine) -> dict[str, Any]:
     return body
 
 
+def query_log_name(prefix: str) -> str:
+    """The name of the query log whose daily indices are `<prefix>YYYY.MM.DD`: the prefix without its
+    trailing separator (`hybridsearch-queries`). Its template has this name, and no logical index
+    may start with it."""
+    return prefix.rstrip("-_.")
+
+
+def query_log_template(prefix: str) -> tuple[str, dict[str, Any]]:
+    """The index template of the daily query-log indices `<prefix>YYYY.MM.DD`: its name and body."""
+    body = template("hybridsearch-queries")
+    body["index_patterns"] = [f"{prefix}*"]
+    return query_log_name(prefix), body
+
+
+def query_log_policy(prefix: str) -> tuple[str, dict[str, Any]]:
+    """The ISM policy that deletes the daily query-log indices `<prefix>*` after 30 days: its name
+    (`<query log name>-30d`) and its body."""
+    body = template("policies/hybridsearch-queries-30d")
+    body["policy"]["ism_template"][0]["index_patterns"] = [f"{prefix}*"]
+    return f"{query_log_name(prefix)}-30d", body
+
+
 # -- documents --------------------------------------------------------------------------------
 def packed_to_int8(code: np.ndarray) -> list[int]:
     """512 packed bytes (bit 0 = the most significant bit of byte 0, as numpy packs them) as the
