@@ -156,6 +156,19 @@ def test_every_field_is_mapped_and_aggregatable() -> None:
     assert _field_type(mappings[CORPUS_PATTERN], "no.such") is None
 
 
+def test_channel_hit_counts_shows_every_channel_a_search_logs() -> None:
+    """"Channel hit counts" sums every channel_hits.* field the query-log mapping declares and every
+    channel a search can log: each registered channel plugin, and citation (what the citation
+    expansion scored)."""
+    from hybridsearch import plugins
+
+    shown = [a["params"]["field"] for a in _state(BY_ID["hybridsearch-channel-hits"])["aggs"] if a["type"] == "sum"]
+    mapped = _mappings()[QUERY_LOG_PATTERN]["channel_hits"]["properties"]
+    logged = {*plugins.names("channels"), "citation"}
+    assert "tfidf-multisignal" in logged and len(shown) == len(set(shown))
+    assert set(shown) == {f"channel_hits.{c}" for c in {*mapped, *logged}}
+
+
 def test_a_broken_line_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "bad.ndjson"
     bad.write_text('{"type": "index-pattern", "id": "a", "attributes": {}}\n\n{"type": "visualization"}\n')
@@ -204,6 +217,7 @@ WORKLOAD = [
     ("compactness", "kb-balanced"), ("Riemannian curvature", "kb-balanced"), ("prime numbers", "kb-balanced"),
     ("de Rham cohomology", "hdc"), ("connected spaces", "hdc"), ("Euler characteristic", "hybrid"),
     ("best pizza recipe near me", "kb-balanced"), ("path connected", "lexical"), ("open sets", "semantic"),
+    ("compact metric spaces", "khive"),
 ]
 
 
@@ -272,6 +286,8 @@ def test_every_visualization_returns_data(workload: tuple[Any, str], vis_id: str
     if vis_id == "hybridsearch-top-zero-result-queries":
         keys = {b["key"] for b in resp["aggregations"]["2"]["buckets"]}
         assert "best pizza recipe near me" in keys and "zzzzqx wvvvq" in keys
+    if vis_id == "hybridsearch-channel-hits":  # every channel the workload ran has hits
+        assert all(resp["aggregations"][m]["value"] > 0 for m in metrics), resp["aggregations"]
     if vis_id == "hybridsearch-out-of-domain-rate":
         got = {k: b["doc_count"] for k, b in resp["aggregations"]["2"]["buckets"].items()}
         assert got["out of domain"] >= 1 and got["out of domain"] + got["in domain"] == len(WORKLOAD)

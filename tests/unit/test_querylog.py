@@ -90,7 +90,7 @@ def test_api_searches_write_one_record_each(demo_copy, monkeypatch) -> None:
 
 
 def test_escalation_and_citation_hits_are_counted_as_channels(demo_copy) -> None:
-    """The dashboards' "Channel hit counts" panel sums channel_hits.{bm25,dense,hdc,citation}: a
+    """The dashboards' "Channel hit counts" panel sums channel_hits.<channel> for every channel: a
     kb-balanced search that escalates to HDC counts its HDC hits, and a hybrid search counts the
     candidates its citation expansion scored."""
     import hybridsearch
