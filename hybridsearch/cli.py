@@ -854,9 +854,10 @@ def build_parser() -> argparse.ArgumentParser:
     acts = s.add_subparsers(dest="action", required=True, metavar="{import}")
     s = acts.add_parser("import", help="import the index patterns, visualizations and dashboard",
                         description="Example: hybridsearch dashboards import --url http://127.0.0.1:5601 "
-                        "--corpus-index papers (credentials: HYBRIDSEARCH_OPENSEARCH_USERNAME / "
-                        "HYBRIDSEARCH_OPENSEARCH_PASSWORD)")
-    s.add_argument("--url", required=True, help="OpenSearch Dashboards URL")
+                        "--corpus-index papers (credentials: in the URL, http://USER:PASSWORD@host:5601, "
+                        "else HYBRIDSEARCH_OPENSEARCH_USERNAME / HYBRIDSEARCH_OPENSEARCH_PASSWORD)")
+    s.add_argument("--url", required=True, help="OpenSearch Dashboards URL; credentials in it win over "
+                   "HYBRIDSEARCH_OPENSEARCH_USERNAME / _PASSWORD")
     s.add_argument("--corpus-index", help="the logical index the corpus panels show (default "
                    "$HYBRIDSEARCH_OPENSEARCH_INDEX or hybridsearch)")
     s.add_argument("--json", action="store_true", help="print the import API's answer")

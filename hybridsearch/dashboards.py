@@ -236,10 +236,11 @@ def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None
 
 def _import_request(dashboards_url: str, data: bytes, *, username: str | None, password: str | None,
                     overwrite: bool) -> urllib.request.Request:
-    """The import request: multipart upload with Dashboards' `osd-xsrf` header, basic auth from the
-    arguments or from credentials in the URL (which never go into the URL sent)."""
+    """The import request: multipart upload with Dashboards' `osd-xsrf` header, basic auth from
+    credentials in the URL (which never go into the URL sent), else from the arguments: the URL names
+    the one Dashboards the caller means, the arguments (the settings) may be OpenSearch's."""
     parts = urlsplit(dashboards_url)
-    if username is None and parts.username:
+    if parts.username:
         username, password = unquote(parts.username), unquote(parts.password or "")
     base = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/"), "", ""))
     url = f"{base}/api/saved_objects/_import" + ("?overwrite=true" if overwrite else "")

@@ -389,6 +389,22 @@ def test_import_posts_the_file_and_maps_answers(fake_dashboards: str) -> None:
     assert not isinstance(e.value, EngineUnavailableError)
 
 
+def test_credentials_in_the_url_win_over_the_settings(fake_dashboards: str) -> None:
+    """The Authorization Dashboards receives: the URL's user and password where it has them, else
+    HYBRIDSEARCH_OPENSEARCH_USERNAME / _PASSWORD (OpenSearch's, which Dashboards may not share)."""
+    import base64
+
+    _Dashboards.answer = (200, json.dumps({"success": True, "successCount": len(OBJECTS)}).encode())
+    env = {**os.environ, "HYBRIDSEARCH_OPENSEARCH_USERNAME": "os-user", "HYBRIDSEARCH_OPENSEARCH_PASSWORD": "os-pw"}
+    for url, who in ((fake_dashboards.replace("//", "//dash-user:dash%40pw@"), "dash-user:dash@pw"),
+                     (fake_dashboards, "os-user:os-pw")):
+        out = subprocess.run([EXE, "dashboards", "import", "--url", url], capture_output=True, text=True, timeout=60,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        headers = {k.lower(): v for k, v in _Dashboards.seen[-1][1].items()}
+        assert headers["authorization"] == "Basic " + base64.b64encode(who.encode()).decode()
+
+
 def test_import_names_the_corpus_index_and_query_log_it_is_given(fake_dashboards: str) -> None:
     """The corpus index pattern the user gets names `--corpus-index`, by default the settings'
     logical index, and the query-log one HYBRIDSEARCH_QUERY_LOG_PREFIX's indices; every
