@@ -49,8 +49,9 @@ class Sink(Protocol):
 
 
 def make_record(query: str, result: SearchResult, *, engine: str, index: str, origin: str,
-                k: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The log record of one search (the fields the query-log template maps)."""
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The log record of one search (the fields the query-log template maps); `k` is the result count
+    the search was run for (the caller's, else the profile's), from its diagnostics."""
     diag = result.diagnostics
     stages = diag.get("stages", {})
     reason = str(diag.get("reason", ""))
@@ -62,7 +63,7 @@ def make_record(query: str, result: SearchResult, *, engine: str, index: str, or
     return {
         "@timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "query": query, "profile": diag.get("profile"), "engine": engine, "index": index, "origin": origin,
-        "k": k, "hits": len(result.hits), "ms": round(float(diag.get("ms", 0.0)), 3),
+        "k": diag.get("k"), "hits": len(result.hits), "ms": round(float(diag.get("ms", 0.0)), 3),
         "stage_ms": {name: round(float(s["ms"]), 3) for name, s in stages.items() if "ms" in s},
         "channel_hits": hits,
         "zero_result": not result.hits, "out_of_domain": reason.startswith("out of domain"),

@@ -192,8 +192,7 @@ class Searcher:
         result = self._search(query, profile, k=k, filters=visible(filters, rights), with_documents=with_documents,
                               overrides=overrides, kb_names=kb_names, intent=intent)
         if self.query_log is not None:
-            self.query_log.put(make_record(query, result, **self._log_fields, origin=self.origin, k=k,
-                                           extra=log_extra))
+            self.query_log.put(make_record(query, result, **self._log_fields, origin=self.origin, extra=log_extra))
         return result
 
     def _search(self, query: str, profile: Profile | str, *, k: int | None, filters: Filters | None,
@@ -218,7 +217,7 @@ class Searcher:
             prof = prof.with_overrides(overrides)
         # a profile's max_results is a default, capped by HYBRIDSEARCH_SEARCH_MAX_K; a k asked for is checked
         limit = check_k(k) if k is not None else min(prof.max_results, get_settings().search_max_k)
-        diag: dict[str, Any] = {"profile": prof.name, "stages": {}}
+        diag: dict[str, Any] = {"profile": prof.name, "k": limit, "stages": {}}
         stages = diag["stages"]
         t0 = time.perf_counter()
         understood = self._intent(query, intent)

@@ -156,3 +156,61 @@ def test_an_opensearch_index_keeps_the_hdc_ties_it_was_encoded_with(opensearch_i
     again = OpenSearchEngine(engine.raw_url, index=engine.index)
     assert again.hdc_encoder().ties == "fixed"
     again.close()
+
+
+def test_the_http_service_logs_mode_and_the_effective_k(opensearch_index, tmp_path) -> None:
+    """`hybridsearch serve` on OpenSearch logs each request's mode, mapped as an aggregatable keyword,
+    and the k it searched for: the request's, else the profile's max_results."""
+    import os
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    from indexer.pipeline import ingest
+
+    engine = opensearch_index
+    ingest(engine, DEMO, encoder=None, progress=False)
+    keys = tmp_path / "keys.json"
+    added = subprocess.run([EXE, "keys", "add", "analyst", "--file", str(keys)], capture_output=True, text=True)
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip().splitlines()[-1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([EXE, "serve", "--url", engine.raw_url, "--index", engine.index, "--keys", str(keys),
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HYBRIDSEARCH_QUERY_LOG_DIR": ""})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, "the service did not become ready"
+            time.sleep(0.3)
+        auth = {"Authorization": f"Bearer {key}"}
+        for body in ({"query": "Banach fixed point", "profile": "lexical", "mode": "survey"},
+                     {"query": "Banach fixed point", "profile": "lexical", "mode": "lookup", "k": 3}):
+            r = httpx.post(url + "/retrieve", json=body, headers=auth, timeout=60)
+            assert r.status_code == 200, r.text
+    finally:
+        proc.send_signal(signal.SIGTERM)  # closing the log writes what it holds
+        proc.wait(timeout=60)
+    client = engine.client
+    client.indices.refresh(index=f"{QUERY_LOG_PREFIX}*")
+    got = client.search(index=f"{QUERY_LOG_PREFIX}*", body={
+        "size": 10, "query": {"term": {"index": engine.index}}, "sort": [{"@timestamp": "asc"}]})["hits"]["hits"]
+    assert [(h["_source"]["mode"], h["_source"]["k"]) for h in got] == [("survey", 10), ("lookup", 3)]
+    caps = client.field_caps(index=f"{QUERY_LOG_PREFIX}*", fields="mode,k")["fields"]
+    assert caps["mode"]["keyword"]["aggregatable"] is True and caps["k"]["integer"]["aggregatable"] is True
+    aggs = client.search(index=f"{QUERY_LOG_PREFIX}*", body={
+        "size": 0, "query": {"term": {"index": engine.index}}, "aggs": {"mode": {"terms": {"field": "mode"}},
+                                                                         "k": {"sum": {"field": "k"}}}})["aggregations"]
+    assert {b["key"]: b["doc_count"] for b in aggs["mode"]["buckets"]} == {"survey": 1, "lookup": 1}
+    assert aggs["k"]["value"] == 13
