@@ -5,7 +5,7 @@
 works predate any range the time picker shows; `saved_objects` sets their titles to the deployment's
 query-log prefix and the logical index the import names), the visualizations an analyst needs (query volume,
 zero-result and out-of-domain rates, latency by profile, top zero-result queries, channel hits,
-documents by subject and year) and one dashboard with all of them. `visualization_request` builds the
+works by subject and year) and one dashboard with all of them. `visualization_request` builds the
 `_search` body Dashboards sends for a visualization, so the saved objects can be checked against a
 real cluster without running Dashboards.
 """
@@ -32,7 +32,7 @@ from hybridsearch.errors import ConfigError, EngineError, EngineUnavailableError
 FILENAME = "hybridsearch.ndjson"
 CORPUS_PATTERN = "hybridsearch-corpus-pattern"  # the ids of the two index patterns
 QUERY_LOG_PATTERN = "hybridsearch-queries-pattern"
-METRIC_AGGS = ("count", "sum", "avg", "max", "percentiles")
+METRIC_AGGS = ("count", "sum", "avg", "max", "cardinality", "percentiles")
 BUCKET_AGGS = ("terms", "date_histogram", "histogram", "filters")
 # Dashboards writes a single calendar unit as calendar_interval and anything else as fixed_interval
 _INTERVAL = re.compile(r"^(\d*)(ms|s|m|h|d|w|M|q|y)$")

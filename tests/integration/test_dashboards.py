@@ -149,7 +149,7 @@ def test_every_field_is_mapped_and_aggregatable() -> None:
                 assert mapped == "date", where
             seen.add(field)
     assert {"channel_hits.bm25", "channel_hits.dense", "channel_hits.hdc", "channel_hits.citation", "subjects",
-            "year", "ms", "profile", "zero_result", "out_of_domain", "query", "@timestamp"} <= seen
+            "year", "work_id", "ms", "profile", "zero_result", "out_of_domain", "query", "@timestamp"} <= seen
     # the resolver itself: text and disabled objects are not aggregatable
     assert _field_type(mappings[QUERY_LOG_PATTERN], "query.text") == "text"
     assert _field_type(mappings[CORPUS_PATTERN], "metadata") == "object"
@@ -195,10 +195,10 @@ def test_the_latency_request_nests_metrics_in_the_profile_buckets() -> None:
 def test_an_unsupported_agg_names_the_visualization_and_agg() -> None:
     vis = json.loads(json.dumps(BY_ID["hybridsearch-zero-result-rate"]))
     state = _state(vis)
-    state["aggs"][0] = {"id": "1", "enabled": True, "type": "cardinality", "schema": "metric",
+    state["aggs"][0] = {"id": "1", "enabled": True, "type": "top_hits", "schema": "metric",
                         "params": {"field": "query"}}
     vis["attributes"]["visState"] = json.dumps(state)
-    with pytest.raises(ValueError, match=r"'Zero-result rate': agg 1 \(cardinality\) is not supported"):
+    with pytest.raises(ValueError, match=r"'Zero-result rate': agg 1 \(top_hits\) is not supported"):
         visualization_request(vis)
     state["aggs"][0] = {"id": "1", "enabled": True, "type": "count", "schema": "metric", "params": {}}
     state["aggs"][1]["params"]["otherBucket"] = True
@@ -281,7 +281,7 @@ def test_every_visualization_returns_data(workload: tuple[Any, str], vis_id: str
     assert resp["hits"]["total"]["value"] > 0, vis_id
     aggs = [a for a in _state(vis)["aggs"] if a.get("enabled", True)]
     buckets = [a["id"] for a in aggs if a["type"] in ("terms", "date_histogram", "histogram", "filters")]
-    metrics = [a["id"] for a in aggs if a["type"] in ("sum", "avg", "max", "percentiles")]
+    metrics = [a["id"] for a in aggs if a["type"] in ("sum", "avg", "max", "cardinality", "percentiles")]
     _check_levels(vis_id, resp.get("aggregations", {}), buckets, metrics)
     if vis_id == "hybridsearch-top-zero-result-queries":
         keys = {b["key"] for b in resp["aggregations"]["2"]["buckets"]}
@@ -291,6 +291,43 @@ def test_every_visualization_returns_data(workload: tuple[Any, str], vis_id: str
     if vis_id == "hybridsearch-out-of-domain-rate":
         got = {k: b["doc_count"] for k, b in resp["aggregations"]["2"]["buckets"].items()}
         assert got["out of domain"] >= 1 and got["out of domain"] + got["in domain"] == len(WORKLOAD)
+
+
+def test_the_corpus_panels_count_works_not_chunks(opensearch_index: Any, tmp_path: Path) -> None:
+    """"Works by subject" and "Works by year" count distinct work_id values (a keyword, so
+    aggregatable): on a corpus whose long works are split into several chunks, each bar is the
+    number of works, not of chunks."""
+    from indexer.pipeline import ingest
+
+    words = " ".join(f"w{i}" for i in range(700))  # about three 300-word windows
+    works = [{"id": "long-topology", "title": "A long topology survey", "text": words, "subjects": ["topology"],
+              "year": 2020},
+             {"id": "short-both", "title": "Compact operators", "text": "Short.", "subjects": ["topology", "analysis"],
+              "year": 2020},
+             {"id": "long-analysis", "title": "A long analysis survey", "text": words[:2500], "subjects": ["analysis"],
+              "year": 2021}]
+    corpus = tmp_path / "works.jsonl"
+    corpus.write_text("".join(json.dumps(w) + "\n" for w in works))
+    engine = opensearch_index
+    ingest(engine, corpus, encoder=None, progress=False)
+    engine.client.indices.refresh(index=engine.index)
+    assert engine.count() > len(works)  # several chunks per long work
+    imported = {o["id"]: o for o in saved_objects(engine.index, QUERY_LOG_PREFIX)}
+    want = {"hybridsearch-documents-by-subject": {"topology": 2, "analysis": 2},
+            "hybridsearch-documents-by-year": {2020.0: 2, 2021.0: 1}}
+    for vis_id, counts in want.items():
+        vis = imported[vis_id]
+        state = _state(vis)
+        assert vis["attributes"]["title"].startswith("Works by ")
+        assert state["aggs"][0] == {"id": "1", "enabled": True, "type": "cardinality", "schema": "metric",
+                                    "params": {"field": "work_id", "customLabel": "Works"}}
+        assert state["params"]["valueAxes"][0]["title"] == {"text": "Works"}
+        resp = engine.client.search(index=_pattern_of(vis, imported)["attributes"]["title"],
+                                    body=visualization_request(vis))
+        got = {b["key"]: b["1"]["value"] for b in resp["aggregations"]["2"]["buckets"]}
+        assert got == counts, vis_id
+        chunks = {b["key"]: b["doc_count"] for b in resp["aggregations"]["2"]["buckets"]}
+        assert sum(chunks.values()) > sum(counts.values()), chunks
 
 
 # -- import ------------------------------------------------------------------------------------
