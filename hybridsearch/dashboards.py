@@ -196,7 +196,7 @@ def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None
     EngineError with the server's message on a non-2xx answer or `success: false`."""
     from hybridsearch.engines.opensearch.engine import check_index_name, check_url, display_url
 
-    check_url(dashboards_url)
+    check_url(dashboards_url, "an OpenSearch Dashboards URL")
     s = settings or get_settings()  # timeout and TLS as for OpenSearch
     corpus = check_index_name(corpus_index or s.opensearch_index, "corpus_index")
     # a broken file fails here, with its line, not inside Dashboards
@@ -214,12 +214,18 @@ def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None
         if not s.opensearch_verify_certs:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
     try:
-        with urllib.request.urlopen(request, timeout=s.opensearch_timeout, context=context) as resp:
+        with opener.open(request, timeout=s.opensearch_timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as e:
-        raise EngineError(f"OpenSearch Dashboards at {shown} refused the import: HTTP {e.code}: "
-                          f"{_server_message(e.read())}") from e
+        if 300 <= e.code < 400:
+            raise EngineError(_one_line(
+                f"OpenSearch Dashboards at {shown} answered the import with HTTP {e.code}, a redirect to "
+                f"{display_url(e.headers.get('Location') or '(no Location)')} (a login page, or another base path?), "
+                "which the import does not follow; give the URL that serves /api/saved_objects/_import")) from e
+        raise EngineError(_one_line(f"OpenSearch Dashboards at {shown} refused the import: HTTP {e.code}: "
+                                    f"{_refusal(e, request.has_header('Authorization'))}")) from e
     except OSError as e:  # URLError, refused connections, timeouts
         reason = getattr(e, "reason", None) or e
         raise EngineUnavailableError(_one_line(f"OpenSearch Dashboards at {shown} does not answer: {reason}")) from e
@@ -252,6 +258,25 @@ def _import_request(dashboards_url: str, data: bytes, *, username: str | None, p
     return urllib.request.Request(url, data=body, headers=headers, method="POST")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are errors: urllib would follow a 302 to a POST with a GET (to a login page, say)."""
+
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+def _refusal(e: urllib.error.HTTPError, authorized: bool) -> str:
+    """The server's message for a refused import, with what to do where the cause is plain."""
+    message = _server_message(e.read())
+    if e.code == 401 and not authorized:
+        return (f"{message}; set HYBRIDSEARCH_OPENSEARCH_USERNAME and HYBRIDSEARCH_OPENSEARCH_PASSWORD, or put "
+                "them in the URL (http://USER:PASSWORD@host:5601)")
+    if e.code == 400 and "no handler found for uri [/api/saved_objects/_import" in message:
+        return (f"{message}; this looks like OpenSearch, not OpenSearch Dashboards: give the Dashboards URL "
+                "(port 5601 by default)")
+    return message
+
+
 def _multipart(data: bytes, filename: str = FILENAME) -> tuple[str, bytes]:
     """A multipart/form-data body with one file field `file`: (content type, body)."""
     boundary = f"hybridsearch-{uuid.uuid4().hex}"
@@ -281,6 +306,8 @@ def _import_errors(answer: Mapping[str, Any]) -> str:
         detail = err.get("type", "error")
         if err.get("references"):
             detail += " " + ",".join(f"{r.get('type')}/{r.get('id')}" for r in err["references"])
+        if err.get("message"):
+            detail += f" ({err['message']})"
         shown.append(f"{e.get('type')}/{e.get('id')}: {detail}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return "; ".join(shown) + more if shown else "success is false and no errors were given"

@@ -363,7 +363,7 @@ def test_import_against_nothing_listening_is_one_line(tmp_path: Path) -> None:
         assert why in out.stderr and "Traceback" not in out.stderr
     out = subprocess.run([EXE, "dashboards", "import", "--url", "http://admin:pw@[::1"], capture_output=True, text=True,
                          timeout=60)
-    assert out.returncode == 2 and out.stderr == "error: url: 'http://[::1' is not an OpenSearch URL " \
+    assert out.returncode == 2 and out.stderr == "error: url: 'http://[::1' is not an OpenSearch Dashboards URL " \
         "(expected http(s)://host[:port])\n"
 
 
@@ -371,7 +371,9 @@ class _Dashboards(http.server.BaseHTTPRequestHandler):
     """A stand-in for Dashboards' import endpoint: records the request, answers what the test set."""
 
     answer: tuple[int, bytes] = (200, b"{}")
+    location: str | None = None  # a Location header to answer with
     seen: list[tuple[str, dict[str, str], bytes]] = []
+    gets: list[str] = []
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -380,8 +382,17 @@ class _Dashboards(http.server.BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
+        if type(self).location:
+            self.send_header("Location", type(self).location)
         self.end_headers()
         self.wfile.write(payload)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).gets.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -389,7 +400,7 @@ class _Dashboards(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_dashboards() -> Iterator[str]:
-    _Dashboards.seen = []
+    _Dashboards.seen, _Dashboards.gets, _Dashboards.location = [], [], None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dashboards)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -468,3 +479,45 @@ def test_import_names_the_corpus_index_and_query_log_it_is_given(fake_dashboards
     assert out.returncode == 2 and out.stderr.startswith("error: corpus_index: 'Papers' is not a valid logical "
                                                          "index name") and out.stderr.count("\n") == 1
     assert len(_Dashboards.seen) == seen  # refused before anything was sent
+
+
+def test_a_401_without_credentials_says_how_to_give_them(fake_dashboards: str) -> None:
+    _Dashboards.answer = (401, b'{"statusCode":401,"error":"Unauthorized","message":"Authentication required"}')
+    with pytest.raises(EngineError) as e:
+        import_saved_objects(fake_dashboards)
+    assert str(e.value).endswith("HTTP 401: Authentication required; set HYBRIDSEARCH_OPENSEARCH_USERNAME and "
+                                 "HYBRIDSEARCH_OPENSEARCH_PASSWORD, or put them in the URL "
+                                 "(http://USER:PASSWORD@host:5601)")
+    with pytest.raises(EngineError) as e:  # credentials were sent: they were wrong, no hint about setting them
+        import_saved_objects(fake_dashboards, username="u", password="wrong")
+    assert str(e.value).endswith("HTTP 401: Authentication required")
+
+
+def test_a_redirect_is_reported_not_followed(fake_dashboards: str) -> None:
+    """Dashboards' security plugin sends a browser to its login page: the import names where, in one
+    line, and never follows the POST with a GET."""
+    _Dashboards.answer, _Dashboards.location = (302, b""), "/app/login?nextUrl=%2Fapi%2Fsaved_objects"
+    with pytest.raises(EngineError) as e:
+        import_saved_objects(fake_dashboards)
+    assert "answered the import with HTTP 302, a redirect to /app/login (a login page" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert len(_Dashboards.seen) == 1 and _Dashboards.gets == []
+
+
+def test_per_object_import_errors_carry_the_server_message(fake_dashboards: str) -> None:
+    _Dashboards.answer = (200, json.dumps({"success": False, "successCount": 0, "errors": [
+        {"id": "hybridsearch-zero-result-rate", "type": "visualization", "title": "Zero-result rate",
+         "error": {"type": "unknown", "message": "Unable to parse visState", "statusCode": 400}}]}).encode())
+    with pytest.raises(EngineError, match=r"visualization/hybridsearch-zero-result-rate: unknown "
+                                          r"\(Unable to parse visState\)$"):
+        import_saved_objects(fake_dashboards)
+
+
+def test_the_opensearch_url_given_for_dashboards_says_so(opensearch_url: str) -> None:
+    """The real node answers the import path with 400, no handler: the line says to give Dashboards'."""
+    out = subprocess.run([EXE, "dashboards", "import", "--url", opensearch_url], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "HTTP 400: no handler found for uri [/api/saved_objects/_import" in out.stderr
+    assert out.stderr.endswith("this looks like OpenSearch, not OpenSearch Dashboards: give the Dashboards URL "
+                               "(port 5601 by default)\n")

@@ -99,15 +99,16 @@ def display_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
-def check_url(url: str) -> None:
-    """An http(s) URL with a host and, if any, a numeric port (one clear error otherwise)."""
+def check_url(url: str, what: str = "an OpenSearch URL") -> None:
+    """An http(s) URL with a host and, if any, a numeric port (one clear error otherwise, saying the
+    URL is not `what`)."""
     try:
         parts = urlsplit(url)
         port_ok = parts.port is None or parts.port > 0
     except ValueError:  # a bad port, or an unclosed [IPv6 address
         parts, port_ok = urlsplit(""), False
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise ConfigError(f"url: {display_url(url)!r} is not an OpenSearch URL (expected http(s)://host[:port])")
+        raise ConfigError(f"url: {display_url(url)!r} is not {what} (expected http(s)://host[:port])")
 
 
 # Cluster-wide locks: one document each (a running reindex, a metadata update) in a hidden index.
