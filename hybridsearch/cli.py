@@ -652,7 +652,7 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
     s = get_settings()
     password = s.opensearch_password.get_secret_value() if s.opensearch_password else None
     got = import_saved_objects(args.url, corpus_index=args.corpus_index, username=s.opensearch_username,
-                               password=password)
+                               password=password, tenant=args.tenant)
     if args.json:
         print(json.dumps(got, indent=2))
     else:
@@ -860,6 +860,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "HYBRIDSEARCH_OPENSEARCH_USERNAME / _PASSWORD")
     s.add_argument("--corpus-index", help="the logical index the corpus panels show (default "
                    "$HYBRIDSEARCH_OPENSEARCH_INDEX or hybridsearch)")
+    s.add_argument("--tenant", help="with the security plugin's multi-tenancy, the tenant to import into: global "
+                   "(shared by every user), private, or a custom tenant's name (default: the user's default tenant)")
     s.add_argument("--json", action="store_true", help="print the import API's answer")
     s.set_defaults(func=cmd_dashboards)
 

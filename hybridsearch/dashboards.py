@@ -186,11 +186,13 @@ def _bucket(title: str, agg: Mapping[str, Any], metrics: Mapping[str, Mapping[st
 
 # -- import ------------------------------------------------------------------------------------
 def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None, username: str | None = None,
-                         password: str | None = None, overwrite: bool = True,
+                         password: str | None = None, tenant: str | None = None, overwrite: bool = True,
                          settings: Settings | None = None) -> dict[str, Any]:
     """Import the packaged saved objects into OpenSearch Dashboards (`POST /api/saved_objects/_import`),
     the corpus index pattern naming logical index `corpus_index` (default: the settings'
-    opensearch_index) and the query-log one the indices of the settings' query_log_prefix. Returns
+    opensearch_index) and the query-log one the indices of the settings' query_log_prefix; with
+    `tenant`, into that tenant of the security plugin's multi-tenancy (`securitytenant` header:
+    "global", "private" or a custom tenant's name), else the user's default tenant. Returns
     Dashboards' answer: `success`, `successCount` (objects written) and, on failure, `errors` (per
     object: id, type and error). Raises EngineUnavailableError when Dashboards does not answer,
     EngineError with the server's message on a non-2xx answer or `success: false`."""
@@ -202,7 +204,11 @@ def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None
     # a broken file fails here, with its line, not inside Dashboards
     objects = saved_objects(corpus, s.query_log_prefix)
     data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objects).encode()
+    if tenant is not None and (not tenant.strip() or not tenant.isprintable()):
+        raise ConfigError(f"tenant: {tenant!r} is not a tenant name")
     request = _import_request(dashboards_url, data, username=username, password=password, overwrite=overwrite)
+    if tenant is not None:
+        request.add_header("securitytenant", tenant)
     shown = display_url(dashboards_url)
     context = None
     if urlsplit(dashboards_url).scheme == "https":

@@ -453,6 +453,22 @@ def test_credentials_in_the_url_win_over_the_settings(fake_dashboards: str) -> N
         assert headers["authorization"] == "Basic " + base64.b64encode(who.encode()).decode()
 
 
+def test_tenant_goes_in_the_securitytenant_header(fake_dashboards: str) -> None:
+    """`--tenant` names the security plugin's tenant the objects go to; without it no tenant is
+    named (the user's default); a blank name is one error line."""
+    _Dashboards.answer = (200, json.dumps({"success": True, "successCount": len(OBJECTS)}).encode())
+    for args, sent in ((["--tenant", "global"], "global"), (["--tenant", "analysts"], "analysts"), ([], None)):
+        out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, *args], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert {k.lower(): v for k, v in _Dashboards.seen[-1][1].items()}.get("securitytenant") == sent
+    seen = len(_Dashboards.seen)
+    out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, "--tenant", " "],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == "error: tenant: ' ' is not a tenant name", out.stderr
+    assert len(_Dashboards.seen) == seen  # nothing sent
+
+
 def test_import_names_the_corpus_index_and_query_log_it_is_given(fake_dashboards: str) -> None:
     """The corpus index pattern the user gets names `--corpus-index`, by default the settings'
     logical index, and the query-log one HYBRIDSEARCH_QUERY_LOG_PREFIX's indices; every
