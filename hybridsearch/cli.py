@@ -45,7 +45,14 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Engine:
 
     if _engine_name(args) == "opensearch":
         url, index = _opensearch_target(args)
-        return open_engine(url, index=index)
+        engine = open_engine(url, index=index)
+        if must_exist and not engine.count():  # 0 also when the index does not exist: stats() says which
+            try:
+                engine.stats()
+            except HybridSearchError:
+                engine.close()
+                raise
+        return engine
     return open_engine(str(_existing_index_dir(args) if must_exist else _index_dir(args)))
 
 

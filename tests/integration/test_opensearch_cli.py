@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -67,6 +68,15 @@ def test_errors_are_one_line(opensearch_url, index) -> None:
     out = run("stats", "--engine", "opensearch", "--index", index, "--json")
     assert out.returncode == 2
     assert out.stderr == f"error: no index '{index}' at {opensearch_url}; ingest into it first\n"
+    # `update` needs the index, as on the embedded engine: it creates none
+    changed = Path(tempfile.mkdtemp()) / "changed.jsonl"
+    changed.write_text('{"id": "a", "title": "Heat kernels", "text": "The heat kernel."}\n')
+    out = run("update", str(changed), "--engine", "opensearch", "--index", index, "--no-embed", "-q")
+    assert out.returncode == 2
+    assert out.stderr == f"error: no index '{index}' at {opensearch_url}; ingest into it first\n"
+    from opensearchpy import OpenSearch
+
+    assert OpenSearch(opensearch_url).indices.get(index=f"{index}*", params={"expand_wildcards": "all"}) == {}
     for url in ("localhost:9200", "http://h:abc"):
         out = run("stats", "--url", url)
         assert out.returncode == 2 and out.stderr.startswith(f"error: url: '{url}' is not an OpenSearch URL")
