@@ -115,7 +115,7 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     finally:
         bar.close()
     summary.loaded, summary.rejected = report.loaded, report.rejected
-    if not report.loaded:
+    if not summary.indexed:  # loaded records may still be rejected, their ids being other works' chunks
         why = (f"every record was rejected ({len(report.rejected)}; first: {report.rejected[0]})" if report.rejected
                else "it holds no records (an empty file, or a directory with no file the loader reads)")
         raise ValidationError(f"nothing to index: {why}", source=str(path))

@@ -129,6 +129,11 @@ def test_a_chunk_id_never_collides_with_a_record_id(tmp_path, capsys) -> None:
     with hybridsearch.open(idx) as h:
         got = h.engine.get(["ok", "ok2", "c#2"])
         assert set(got) == {"ok", "ok2", "c#2"} and got["c#2"].work_id == "c"
+    # an input whose every record is refused so indexes nothing: exit 2, saying why
+    only = jsonl(tmp_path / "only.jsonl", {"id": "c#3", "title": "Again", "text": "another standalone work"})
+    code, _, err = run(capsys, "ingest", str(only), "--index-dir", idx, "--no-embed", "-q")
+    assert code == 2 and "nothing to index: every record was rejected (1; first: " in err
+    assert "id 'c#3' is a chunk of work 'c' in the index" in err
 
 
 @pytest.mark.integration
