@@ -591,6 +591,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from query_service.evaluate import ablation_specs, eval_index_name, format_table, plot, run_eval, run_specs
 
     dataset = Path(args.dataset)
+    if dataset.is_file():
+        raise HybridSearchError(f"{dataset}: eval needs a BEIR directory (corpus.jsonl, queries.jsonl and "
+                                "qrels/<split>.tsv), not a file")
     channels = args.channels
     if not channels and not args.profiles and not args.ablation:
         channels = "bm25,dense,bm25+dense"

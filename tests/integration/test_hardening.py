@@ -219,6 +219,7 @@ def test_bad_arguments_are_one_line(demo_copy, tmp_path, capsys) -> None:
         (["search", "x", "--index-dir", idx, "--channels", "bm25", "--fuser", "rfr"], "no fuser named 'rfr'"),
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "+"], "names no channel"),
         (["eval", str(tmp_path / "nope"), "--channels", "bm25"], "nope: no such file or directory"),
+        (["eval", str(DEMO / "corpus.jsonl"), "--channels", "bm25"], "corpus.jsonl: eval needs a BEIR directory"),
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--fuser", "nosuch"], "no fuser named 'nosuch'"),
         (["eval", str(DEMO), "--index-dir", str(tmp_path / "ev"), "--channels", "bm25,bm2"], "no channel named 'bm2'"),
         (["search", "x", "--index-dir", str(DEMO / "corpus.jsonl")], "a file, not an index directory"),
