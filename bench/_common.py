@@ -1,0 +1,74 @@
+"""Checks the bench scripts run before any work (argument types, the dataset, programs on PATH), the
+met/MISSED verdict of their tables, and one `error:` line (exit status 2) for a HybridSearchError."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from hybridsearch.errors import ConfigError, HybridSearchError
+
+
+def _int_from(value: str, lowest: int, what: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = lowest - 1
+    if n < lowest:
+        raise argparse.ArgumentTypeError(f"{what}, got {value!r}")
+    return n
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: a whole number above 0."""
+    return _int_from(value, 1, "a whole number above 0")
+
+
+def count(value: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    return _int_from(value, 0, "a whole number, 0 or more")
+
+
+def grid_step(value: str) -> float:
+    """An argparse type: the step of a weight grid, a number in (0, 1] that divides 1 evenly (so that
+    every grid point's weights sum to 1)."""
+    try:
+        step = float(value)
+    except ValueError:
+        step = math.nan
+    if not (math.isfinite(step) and 0 < step <= 1 and math.isclose(round(1 / step) * step, 1, abs_tol=1e-9)):
+        raise argparse.ArgumentTypeError(f"a step in (0, 1] that divides 1 evenly (0.05, 0.1, 0.25 ...), got {value!r}")
+    return step
+
+
+def dataset_dir(value: str) -> Path:
+    """An argparse type: a BEIR dataset directory (one holding corpus.jsonl)."""
+    path = Path(value)
+    if not (path / "corpus.jsonl").is_file():
+        raise argparse.ArgumentTypeError(f"{value}: not a BEIR dataset directory (no corpus.jsonl)")
+    return path
+
+
+def program(name: str) -> str:
+    """The path of the program `name` on PATH; a ConfigError when there is none."""
+    found = shutil.which(name)
+    if found is None:
+        raise ConfigError(f"{name} is not on PATH; install it or add its directory to PATH")
+    return found
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def run(main: Callable[[], None]) -> None:
+    """Run a bench script's main: a HybridSearchError ends it with one `error:` line and exit status 2."""
+    try:
+        main()
+    except HybridSearchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,81 @@
+"""The bench scripts refuse bad input with one `error:` line before any work (no model, no server),
+and never delete what they did not make."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import DEMO, REPO
+
+BENCH = REPO / "bench"
+
+
+def bench(script: str, *args: str, cwd: Path | None = None, path: str | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)
+
+
+def load(script: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{script}", BENCH / f"{script}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def refused(out: subprocess.CompletedProcess[str], message: str) -> None:
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+# -- embedded.py ------------------------------------------------------------------------------------
+def test_embedded_keeps_a_directory_it_did_not_build(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    out = bench("embedded.py", str(DEMO), "--index-dir", str(tmp_path))
+    refused(out, "not an index this benchmark built")
+    assert out.stderr.count("\n") == 1
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_embedded_never_deletes_the_working_directory(tmp_path: Path) -> None:
+    work = tmp_path / "checkout"
+    work.mkdir()
+    (work / "file.py").write_text("")
+    for target in (".", str(tmp_path)):
+        refused(bench("embedded.py", str(DEMO), "--index-dir", target, "--overwrite", cwd=work),
+                "choose a directory of its own")
+    assert (work / "file.py").exists()
+
+
+def test_embedded_rebuilds_only_its_own_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    embedded = load("embedded", monkeypatch)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / embedded.MARKER).write_text("")
+    (own / "store.sqlite").write_text("")
+    assert embedded.index_dir_for(own, overwrite=False) == own and not own.exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("")
+    assert embedded.index_dir_for(other, overwrite=True) == other and not other.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert embedded.index_dir_for(empty, overwrite=False) == empty and empty.exists()
+
+
+def test_embedded_refuses_a_missing_dataset(tmp_path: Path) -> None:
+    refused(bench("embedded.py", str(tmp_path / "nowhere")), "not a BEIR dataset directory")
