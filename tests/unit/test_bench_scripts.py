@@ -79,3 +79,23 @@ def test_embedded_rebuilds_only_its_own_index(tmp_path: Path, monkeypatch: pytes
 
 def test_embedded_refuses_a_missing_dataset(tmp_path: Path) -> None:
     refused(bench("embedded.py", str(tmp_path / "nowhere")), "not a BEIR dataset directory")
+
+
+# -- http_load.py -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "message"), [
+    (["--scifact", "/nowhere"], "not a BEIR dataset directory"),
+    (["--workers", "0"], "a whole number above 0"),
+    (["--seconds", "0"], "a number of seconds above 0"),
+    (["--synthetic", "-5"], "a whole number, 0 or more"),
+])
+def test_http_load_refuses_bad_arguments(args: list[str], message: str) -> None:
+    refused(bench("http_load.py", "--scifact", str(DEMO), *args), message)
+
+
+def test_http_load_verdict_names_what_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    http_load = load("http_load", monkeypatch)
+    row = {"p50": 100.0, "p95": 300.0, "errors": 0}
+    assert http_load.slo(row) == "met"
+    assert http_load.slo({**row, "errors": 3}) == "MISSED (3 errors)"
+    assert http_load.slo({**row, "p50": 2000.0, "p95": 5000.0}) == "MISSED (p50, p95)"
+    assert http_load.slo({"p50": float("nan"), "p95": float("nan"), "errors": 9}) == "MISSED (p50, p95, 9 errors)"
