@@ -99,3 +99,49 @@ def test_http_load_verdict_names_what_missed(monkeypatch: pytest.MonkeyPatch) ->
     assert http_load.slo({**row, "errors": 3}) == "MISSED (3 errors)"
     assert http_load.slo({**row, "p50": 2000.0, "p95": 5000.0}) == "MISSED (p50, p95)"
     assert http_load.slo({"p50": float("nan"), "p95": float("nan"), "errors": 9}) == "MISSED (p50, p95, 9 errors)"
+
+
+# -- celery_ingest.py -------------------------------------------------------------------------------
+@pytest.mark.parametrize("script", ["celery_ingest.py"])
+def test_redis_benches_need_redis_server_on_path(script: str) -> None:
+    refused(bench(script, str(DEMO), path=str(Path(sys.executable).parent)), "redis-server is not on PATH")
+
+
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("celery_ingest.py", ["--workers", "0"], "a whole number above 0"),
+    ("celery_ingest.py", ["--workers", "-1"], "a whole number above 0"),
+    ("celery_ingest.py", ["--hdc-docs", "-1"], "a whole number, 0 or more"),
+    ("celery_ingest.py", ["--timeout", "0"], "a number of seconds above 0"),
+])
+def test_redis_benches_refuse_bad_numbers(script: str, args: list[str], message: str) -> None:
+    refused(bench(script, str(DEMO), *args), message)
+
+
+@pytest.mark.parametrize("script", ["celery_ingest.py"])
+def test_redis_benches_refuse_a_missing_dataset(script: str, tmp_path: Path) -> None:
+    refused(bench(script, str(tmp_path)), "not a BEIR dataset directory")
+
+
+def test_a_dead_worker_ends_the_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridsearch.errors import HybridSearchError
+
+    celery_ingest = load("celery_ingest", monkeypatch)
+    log = tmp_path / "worker.log"
+    log.write_text("worker: lost its broker\n")
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])
+    worker.wait()
+    with pytest.raises(HybridSearchError, match="worker exited with status 0: worker: lost its broker"):
+        celery_ingest.timed([sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ),
+                            worker=worker, log=log)
+    with pytest.raises(HybridSearchError, match="ran past --timeout 0.5 s"):
+        celery_ingest.timed([sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ), timeout=0.5)
+
+
+def test_a_worker_that_cannot_start_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridsearch.errors import HybridSearchError
+
+    celery_ingest = load("celery_ingest", monkeypatch)
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{celery_ingest.free_port()}/0"}
+    with pytest.raises(HybridSearchError, match="worker exited with status .*does not answer"):
+        celery_ingest.start_worker(env, 1, tmp_path / "worker.log", timeout=60)
