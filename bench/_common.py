@@ -1,5 +1,6 @@
-"""Checks the bench scripts run before any work (argument types, the dataset, programs on PATH), the
-met/MISSED verdict of their tables, and one `error:` line (exit status 2) for a HybridSearchError."""
+"""Checks the bench scripts run before any work (argument types, the dataset, programs on PATH, the
+OpenSearch node), the met/MISSED verdict of their tables, and one `error:` line (exit status 2) for a
+HybridSearchError."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def program(name: str) -> str:
     if found is None:
         raise ConfigError(f"{name} is not on PATH; install it or add its directory to PATH")
     return found
+
+
+def node_version(url: str) -> str:
+    """The version of the OpenSearch node at `url`; one-line HybridSearchError when it does not answer."""
+    from hybridsearch.config import get_settings
+    from hybridsearch.engines.opensearch.engine import display_url, make_client, translate_errors
+
+    client = make_client(url, get_settings())
+    try:
+        with translate_errors(display_url(url), "read the node's version"):
+            return str(client.info()["version"]["number"])
+    finally:
+        client.close()
 
 
 def verdict(ok: bool) -> str:

@@ -8,10 +8,14 @@ built then). Inline: `graph_at(dir, force=True)` `--runs` times (median). Celery
 worker (2 processes) on a redis-server started on a free loopback port; `hybridsearch ingest --executor celery
 --no-embed` into a second directory, whose graph job is timed from its creation to its last
 state change in Redis (the job runs beside the HDC job, one process each). OpenSearch (HYBRIDSEARCH_OPENSEARCH_URL
-set): the dataset ingested without embeddings into index `bench-graph`, then `graph_at(url,
-force=True)`, which reads every chunk's links and partially updates every chunk; then the
-neighbour lists of 5, 10 and 20 random chunks read from `graph.lists` and from `_source`, once
-each chunk holds a (random) vector, as an index ingested with embeddings does.
+set): the dataset ingested without embeddings into a fresh index `bench-graph-<random>`, then
+`graph_at(url, force=True)`, which reads every chunk's links and partially updates every chunk;
+then the neighbour lists of 5, 10 and 20 random chunks read from `graph.lists` and from `_source`,
+once each chunk holds a (random) vector, as an index ingested with embeddings does. The index (its
+versions, aliases and template) is dropped at the end, whatever happened.
+
+A graph on OpenSearch that differs from the inline one, or neighbour lists that differ between the
+two reads, is reported after the tables as an error (exit status 2).
 """
 
 from __future__ import annotations
@@ -19,35 +23,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import dataset_dir, node_version, positive_int, program, run  # noqa: E402
+from celery_ingest import free_port, start_redis, start_worker, stop, timed  # noqa: E402
+
+from hybridsearch.errors import HybridSearchError  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dataset", type=Path)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("dataset", type=dataset_dir)
+    ap.add_argument("--runs", type=positive_int, default=5)
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from celery_ingest import free_port, stop, timed
-
+    program("redis-server")
+    url = os.environ.get("HYBRIDSEARCH_OPENSEARCH_URL")
+    if url:
+        node_version(url)
     from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import graph_at
 
     port = free_port()
-    redis = subprocess.Popen([str(shutil.which("redis-server")), "--port", str(port), "--bind", "127.0.0.1",
-                              "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
            "HYBRIDSEARCH_QUERY_LOG": "false"}
+    index = f"bench-graph-{uuid.uuid4().hex[:8]}"
     rows: list[tuple[str, float]] = []
     reads: list[tuple[int, float, float]] = []
+    problems: list[str] = []
+    redis = start_redis(port)
     worker = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -65,27 +78,35 @@ def main() -> None:
             authority = [a for (a,) in engine.store.conn.execute("SELECT authority FROM graph")]
             engine.close()
 
-            worker = subprocess.Popen([EXE, "worker", "--concurrency", "2", "--loglevel", "WARNING"], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(3)
+            log = Path(tmp) / "worker.log"
+            worker = start_worker(env, 2, log)
             celery = Path(tmp) / "celery"
             timed([EXE, "ingest", str(args.dataset), "--index-dir", str(celery), "--executor", "celery",
-                   "--no-embed", "-q"], env)
-            listed = json.loads(subprocess.run([EXE, "jobs", "--json"], env=env, capture_output=True,
-                                               text=True).stdout)
-            job = next(j for j in listed if j["kind"] == "graph" and j["target"] == str(celery.resolve()))
+                   "--no-embed", "-q"], env, worker=worker, log=log)
+            out = subprocess.run([EXE, "jobs", "--json"], env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise HybridSearchError(f"hybridsearch jobs --json failed: {out.stderr.strip()[-500:]}")
+            job = next((j for j in json.loads(out.stdout)
+                        if j["kind"] == "graph" and j["target"] == str(celery.resolve())), None)
+            if job is None:
+                raise HybridSearchError(f"no graph job for {celery} in `hybridsearch jobs`")
             rows.append(("celery (graph job, queued to done)", job["seconds"]))
-            if os.environ.get("HYBRIDSEARCH_OPENSEARCH_URL"):
-                url = os.environ["HYBRIDSEARCH_OPENSEARCH_URL"]
-                timed([EXE, "ingest", str(args.dataset), "--url", url, "--index", "bench-graph", "--no-embed", "-q"],
-                      env)
+            if url:
+                timed([EXE, "ingest", str(args.dataset), "--url", url, "--index", index, "--no-embed", "-q"], env)
                 t = time.perf_counter()
-                os_summary, _ = graph_at(url, "bench-graph", force=True)
+                os_summary, _ = graph_at(url, index, force=True)
                 rows.append(("opensearch (graph_at, every chunk updated)", time.perf_counter() - t))
-                assert os_summary.hash == summary.hash
-                reads = neighbour_reads(url, "bench-graph")
+                if os_summary.hash != summary.hash:
+                    problems.append(f"the graph built on OpenSearch index {index} ({os_summary.works} works, "
+                                    f"{os_summary.edges} edges, hash {os_summary.hash}) differs from the inline one "
+                                    f"({summary.works} works, {summary.edges} edges, hash {summary.hash})")
+                reads, differ = neighbour_reads(url, index)
+                if differ:
+                    problems.append(f"{differ} neighbour reads from graph.lists differ from those from _source")
     finally:
         stop(worker, redis)
+        if url:
+            drop(url, index)
 
     print(f"\ncitation graph of {args.dataset.name}")
     print(f"  works {summary.works}, edges {summary.edges} ({summary.oriented} links oriented by date), "
@@ -102,14 +123,31 @@ def main() -> None:
             print(f"  {n:>5} {dv:>28.2f} {src:>11.2f}")
     print("  highest PageRank: " + ", ".join(f"{w} ({pr:.4f}, cited by {n})" for w, pr, _, n in
                                               sorted(top, key=lambda r: -r[1])))
+    if problems:
+        raise HybridSearchError("; ".join(problems))
+
+
+def drop(url: str, index: str) -> None:
+    """Drop the bench's OpenSearch index (versions, aliases, template); a failure is a warning."""
+    from hybridsearch.engines.opensearch.engine import OpenSearchEngine
+
+    try:
+        engine = OpenSearchEngine(url, index=index)
+        try:
+            engine.drop()
+        finally:
+            engine.close()
+    except HybridSearchError as e:
+        print(f"warning: could not drop OpenSearch index {index}: {e}", file=sys.stderr)
 
 
 READS = 300
 
 
-def neighbour_reads(url: str, index: str) -> list[tuple[int, float, float]]:
+def neighbour_reads(url: str, index: str) -> tuple[list[tuple[int, float, float]], int]:
     """`neighbors` for random chunks (what the citation stage reads for its seeds), against the same
-    lists read from `_source`, the way it is done for a graph built before `graph.lists`."""
+    lists read from `_source`, the way it is done for a graph built before `graph.lists`; and how
+    many reads differed between the two."""
     import random
 
     import numpy as np
@@ -117,28 +155,31 @@ def neighbour_reads(url: str, index: str) -> list[tuple[int, float, float]]:
     from hybridsearch.engines.opensearch.engine import OpenSearchEngine
 
     engine = OpenSearchEngine(url, index=index)
-    ids = [i for i, _ in engine._scan({"match_all": {}}, ())]
-    # `_source` holds each chunk's vector, as in an index ingested with embeddings (random here)
-    vectors = np.random.default_rng(1).standard_normal((len(ids), engine.dim)).astype(np.float32)
-    engine.set_vectors(ids, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
-    engine.client.indices.refresh(index=index)
-    rnd = random.Random(1)
-    out = []
-    for n in (5, 10, 20):
-        dv, src = [], []
-        for _ in range(READS):
-            some = rnd.sample(ids, n)
-            t = time.perf_counter()
-            got = engine.neighbors(some)
-            dv.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            old = engine._source_neighbors(some)
-            src.append(time.perf_counter() - t)
-            assert got == old
-        out.append((n, 1000 * statistics.median(dv), 1000 * statistics.median(src)))
-    engine.close()
-    return out
+    try:
+        ids = [i for i, _ in engine._scan({"match_all": {}}, ())]
+        # `_source` holds each chunk's vector, as in an index ingested with embeddings (random here)
+        vectors = np.random.default_rng(1).standard_normal((len(ids), engine.dim)).astype(np.float32)
+        engine.set_vectors(ids, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+        engine.client.indices.refresh(index=index)
+        rnd = random.Random(1)
+        out = []
+        differ = 0
+        for n in (5, 10, 20):
+            dv, src = [], []
+            for _ in range(READS):
+                some = rnd.sample(ids, n)
+                t = time.perf_counter()
+                got = engine.neighbors(some)
+                dv.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                old = engine._source_neighbors(some)
+                src.append(time.perf_counter() - t)
+                differ += got != old
+            out.append((n, 1000 * statistics.median(dv), 1000 * statistics.median(src)))
+    finally:
+        engine.close()
+    return out, differ
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

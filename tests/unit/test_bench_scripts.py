@@ -101,8 +101,8 @@ def test_http_load_verdict_names_what_missed(monkeypatch: pytest.MonkeyPatch) ->
     assert http_load.slo({"p50": float("nan"), "p95": float("nan"), "errors": 9}) == "MISSED (p50, p95, 9 errors)"
 
 
-# -- celery_ingest.py -------------------------------------------------------------------------------
-@pytest.mark.parametrize("script", ["celery_ingest.py"])
+# -- celery_ingest.py and graph.py ------------------------------------------------------------------
+@pytest.mark.parametrize("script", ["celery_ingest.py", "graph.py"])
 def test_redis_benches_need_redis_server_on_path(script: str) -> None:
     refused(bench(script, str(DEMO), path=str(Path(sys.executable).parent)), "redis-server is not on PATH")
 
@@ -112,14 +112,22 @@ def test_redis_benches_need_redis_server_on_path(script: str) -> None:
     ("celery_ingest.py", ["--workers", "-1"], "a whole number above 0"),
     ("celery_ingest.py", ["--hdc-docs", "-1"], "a whole number, 0 or more"),
     ("celery_ingest.py", ["--timeout", "0"], "a number of seconds above 0"),
+    ("graph.py", ["--runs", "0"], "a whole number above 0"),
 ])
 def test_redis_benches_refuse_bad_numbers(script: str, args: list[str], message: str) -> None:
     refused(bench(script, str(DEMO), *args), message)
 
 
-@pytest.mark.parametrize("script", ["celery_ingest.py"])
+@pytest.mark.parametrize("script", ["celery_ingest.py", "graph.py"])
 def test_redis_benches_refuse_a_missing_dataset(script: str, tmp_path: Path) -> None:
     refused(bench(script, str(tmp_path)), "not a BEIR dataset directory")
+
+
+def test_graph_refuses_an_unreachable_node_first() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "graph.py"), str(DEMO)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "HYBRIDSEARCH_OPENSEARCH_URL": "http://127.0.0.1:1"},
+                         timeout=60)
+    refused(out, "cannot reach OpenSearch at http://127.0.0.1:1")
 
 
 def test_a_dead_worker_ends_the_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
