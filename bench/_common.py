@@ -1,6 +1,6 @@
 """Checks the bench scripts run before any work (argument types, the dataset, programs on PATH, the
-OpenSearch node), the met/MISSED verdict of their tables, and one `error:` line (exit status 2) for a
-HybridSearchError."""
+OpenSearch node), cleanup steps that warn instead of raising, the met/MISSED verdict of their tables,
+and one `error:` line (exit status 2) for a HybridSearchError."""
 
 from __future__ import annotations
 
@@ -75,11 +75,20 @@ def node_version(url: str) -> str:
         client.close()
 
 
+def cleanup(what: str, step: Callable[[], object]) -> None:
+    """Run one cleanup step; a failure is a warning line, so that it neither hides the error that
+    led here nor stops the steps after it."""
+    try:
+        step()
+    except Exception as e:  # any failure: cleanup goes on
+        print(f"warning: could not {what}: {e}", file=sys.stderr)
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def run(main: Callable[[], None]) -> None:
+def run_main(main: Callable[[], None]) -> None:
     """Run a bench script's main: a HybridSearchError ends it with one `error:` line and exit status 2."""
     try:
         main()

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import count, dataset_dir, positive_int, program, run
+from _common import count, dataset_dir, positive_int, program, run_main
 
 from hybridsearch.cli import seconds
 from hybridsearch.errors import EngineError, HybridSearchError
@@ -286,4 +286,4 @@ def hdc_backfill(dataset: Path, n: int, tmp: Path, timeout: float, worker: subpr
 
 
 if __name__ == "__main__":
-    run(main)
+    run_main(main)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from _common import dataset_dir, run  # noqa: E402
+from _common import dataset_dir, run_main  # noqa: E402
 
 from hybridsearch.embeddings import default_encoder  # noqa: E402
 from hybridsearch.engines.embedded import EmbeddedEngine  # noqa: E402
@@ -154,4 +154,4 @@ def bench(ds: Path, index_dir: Path, tmp: Path, json_out: Path | None) -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run_main(main)

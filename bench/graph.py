@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import dataset_dir, node_version, positive_int, program, run  # noqa: E402
+from _common import cleanup, dataset_dir, node_version, positive_int, program, run_main  # noqa: E402
 from celery_ingest import free_port, start_redis, start_worker, stop, timed  # noqa: E402
 
 from hybridsearch.errors import HybridSearchError  # noqa: E402
@@ -131,14 +131,9 @@ def drop(url: str, index: str) -> None:
     """Drop the bench's OpenSearch index (versions, aliases, template); a failure is a warning."""
     from hybridsearch.engines.opensearch.engine import OpenSearchEngine
 
-    try:
-        engine = OpenSearchEngine(url, index=index)
-        try:
-            engine.drop()
-        finally:
-            engine.close()
-    except HybridSearchError as e:
-        print(f"warning: could not drop OpenSearch index {index}: {e}", file=sys.stderr)
+    engine = OpenSearchEngine(url, index=index)
+    cleanup(f"drop OpenSearch index {index}", engine.drop)
+    cleanup("close the OpenSearch client", engine.close)
 
 
 READS = 300
@@ -182,4 +177,4 @@ def neighbour_reads(url: str, index: str) -> tuple[list[tuple[int, float, float]
 
 
 if __name__ == "__main__":
-    run(main)
+    run_main(main)

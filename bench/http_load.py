@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import count, dataset_dir, positive_int, run, verdict
+from _common import count, dataset_dir, positive_int, run_main, verdict
 
 from hybridsearch.cli import seconds as seconds_type
 from hybridsearch.errors import EngineError
@@ -245,4 +245,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run_main(main)

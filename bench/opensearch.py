@@ -8,7 +8,11 @@ fresh index; write time only; OpenSearch first into a scratch index, then warm),
 HDC channel, the `hybrid` profile end to end), our fusion against OpenSearch's own hybrid query and
 search pipelines on the same node and index, and the node's memory after the run. The embedded
 index is built once and cached in `.hybridsearch/bench/<dataset>`; the OpenSearch index
-`bench-<dataset>` is created fresh and dropped at the end unless `--keep`.
+`bench-<dataset>-<random>` is created fresh and dropped at the end unless `--keep`.
+
+The node is asked for its version before any work (an unreachable one is one error line). Each
+cleanup step runs on its own: one that fails is a warning and hides neither the error that ended
+the run nor the steps after it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -28,6 +33,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from _common import cleanup, dataset_dir, node_version, positive_int, run_main, verdict  # noqa: E402
 
 from hybridsearch.analysis import default_analyzer  # noqa: E402
 from hybridsearch.config import get_settings  # noqa: E402
@@ -78,8 +85,9 @@ class CachedEncoder:
 
 
 def index_name(dataset: Path) -> str:
+    """A fresh index of this run's own: never one another run (or a user) is working with."""
     name = "".join(c if c.isalnum() or c in "-_" else "-" for c in dataset.resolve().name.lower())
-    return f"bench-{name.strip('-_') or 'dataset'}"
+    return f"bench-{name.strip('-_') or 'dataset'}-{uuid.uuid4().hex[:6]}"
 
 
 def timed(fn: Callable[[T], R], items: Sequence[T], warmup: int = WARMUP) -> tuple[list[float], list[R]]:
@@ -96,10 +104,6 @@ def timed(fn: Callable[[T], R], items: Sequence[T], warmup: int = WARMUP) -> tup
 
 def p50_p95(lat: Sequence[float]) -> str:
     return f"{percentile(lat, 50):.2f} / {percentile(lat, 95):.2f} ms"
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
 
 
 # -- 1. ingest --------------------------------------------------------------------------------------
@@ -120,8 +124,8 @@ def bench_ingest(dataset: Path, source: Engine, dest: OpenSearchEngine, tmp: Pat
         seconds = copy_corpus(dataset, source, first, log=lambda m: None, graph=False)
         out["opensearch, first"] = (first.count(), seconds)
     finally:
-        first.drop()
-        first.close()
+        cleanup(f"drop the scratch index {first.index}", first.drop)
+        cleanup("close the scratch index's client", first.close)
     dest.ensure_index()
     seconds = copy_corpus(dataset, source, dest, log=lambda m: None)
     out["opensearch"] = (dest.count(), seconds)
@@ -341,16 +345,16 @@ def print_node_memory(engine: OpenSearchEngine) -> None:
 # -- main ---------------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("dataset", type=Path)
+    ap.add_argument("dataset", type=dataset_dir)
     ap.add_argument("--url", default=os.environ.get("HYBRIDSEARCH_OPENSEARCH_URL"),
                     help="OpenSearch URL (default $HYBRIDSEARCH_OPENSEARCH_URL)")
-    ap.add_argument("--queries", type=int, help="use the first N test queries for latency and fusion (default all)")
+    ap.add_argument("--queries", type=positive_int,
+                    help="use the first N test queries for latency and fusion (default all)")
     ap.add_argument("--keep", action="store_true", help="keep the OpenSearch index at the end")
     args = ap.parse_args()
     if not args.url:
-        sys.exit("error: no OpenSearch URL: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL")
-    if args.queries is not None and args.queries < 1:
-        sys.exit("error: --queries must be at least 1")
+        ap.error("no OpenSearch URL: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL")
+    version = node_version(args.url)  # before the model loads: an unreachable node is one error line
     ds: Path = args.dataset
     enc = default_encoder()
     enc.encode(["warm up"])  # loads the model (and settles its precision) before anything is timed
@@ -363,8 +367,6 @@ def main() -> None:
     search = OpenSearchEngine(args.url, index=index_name(ds))
     tmp = Path(tempfile.mkdtemp(prefix="hs-bench-os-"))
     try:
-        search.drop()
-        version = search.client.info()["version"]["number"]
         ingest = bench_ingest(ds, embedded, search, tmp)
         (settings,) = search.client.indices.get_settings(index=search.index, name="index.number_of_shards").values()
         shards = settings["settings"]["index"]["number_of_shards"]
@@ -385,11 +387,11 @@ def main() -> None:
         if args.keep:
             print(f"\nkept OpenSearch index {search.index!r} at {search.url}")
         else:
-            search.drop()
-        search.close()
-        embedded.close()
+            cleanup(f"drop OpenSearch index {search.index}", search.drop)
+        cleanup("close the OpenSearch client", search.close)
+        cleanup("close the embedded index", embedded.close)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

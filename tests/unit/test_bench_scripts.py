@@ -153,3 +153,25 @@ def test_a_worker_that_cannot_start_is_reported(tmp_path: Path, monkeypatch: pyt
            "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{celery_ingest.free_port()}/0"}
     with pytest.raises(HybridSearchError, match="worker exited with status .*does not answer"):
         celery_ingest.start_worker(env, 1, tmp_path / "worker.log", timeout=60)
+
+
+# -- opensearch.py and ops.py -----------------------------------------------------------------------
+@pytest.mark.parametrize("script", ["opensearch.py"])
+def test_opensearch_benches_refuse_an_unreachable_node_before_the_model_loads(script: str) -> None:
+    out = bench(script, str(DEMO), "--url", "http://127.0.0.1:1", "--queries", "5")
+    refused(out, "cannot reach OpenSearch at http://127.0.0.1:1")
+    assert out.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("script", ["opensearch.py"])
+@pytest.mark.parametrize(("args", "message"), [
+    (["--queries", "0"], "a whole number above 0"),
+    (["--queries", "-3"], "a whole number above 0"),
+])
+def test_opensearch_benches_refuse_bad_numbers(script: str, args: list[str], message: str) -> None:
+    refused(bench(script, str(DEMO), "--url", "http://127.0.0.1:1", *args), message)
+
+
+@pytest.mark.parametrize("script", ["opensearch.py"])
+def test_opensearch_benches_refuse_a_missing_dataset(script: str, tmp_path: Path) -> None:
+    refused(bench(script, str(tmp_path), "--url", "http://127.0.0.1:1"), "not a BEIR dataset directory")
