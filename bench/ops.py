@@ -2,7 +2,7 @@
 
     python bench/ops.py DATASET [--url URL] [--queries N]
 
-The logical index `bench-ops-<dataset>` holds the documents, MiniLM vectors and HDC codes
+The logical index `bench-ops-<dataset>-<random>` holds the documents, MiniLM vectors and HDC codes
 (vectors from the embedded index cached in `.hybridsearch/bench/<dataset>`, built once) and the
 citation graph.
 
@@ -13,9 +13,12 @@ citation graph.
    failures, empty results for queries that had hits, and latency during against before.
 3. Snapshot and restore: create a snapshot, delete the index, restore it; times and counts.
 4. Query-log overhead: the `hybrid` profile one query at a time, alternating blocks with and
-   without the query log (OpenSearch daily index), p50 each.
+   without the query log (OpenSearch daily index), p50 each. The records go to daily indices of
+   the run's own, `bench-ops-<random>-queries-YYYY.MM.DD` (HYBRIDSEARCH_QUERY_LOG_PREFIX for this
+   log only), never into the deployment's query log.
 
-The index is dropped at the end.
+Whatever happens, the index, the snapshot and its repository, and the run's query-log indices and
+template are deleted at the end; a cleanup step that fails is a warning.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from hybridsearch.config import get_settings  # noqa: E402
+from _common import cleanup, dataset_dir, node_version, positive_int, run_main  # noqa: E402
+
+from hybridsearch.config import Settings, get_settings  # noqa: E402
 from hybridsearch.embeddings import default_encoder  # noqa: E402
+from hybridsearch.engines.opensearch import queries as Q  # noqa: E402
 from hybridsearch.engines.opensearch.admin import Admin  # noqa: E402
 from hybridsearch.metrics import percentile  # noqa: E402
 from indexer.loaders import load_queries  # noqa: E402
@@ -49,26 +56,76 @@ def table(title: str, rows: list[tuple[str, str]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dataset", type=Path)
+    ap.add_argument("dataset", type=dataset_dir)
     ap.add_argument("--url", default=get_settings().opensearch_url)
-    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--queries", type=positive_int, default=300)
     args = ap.parse_args()
     if not args.url:
-        raise SystemExit("error: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL")
+        ap.error("pass --url or set HYBRIDSEARCH_OPENSEARCH_URL")
+    node_version(args.url)  # before the model loads: an unreachable node is one error line
     ds = args.dataset
-    name = f"bench-ops-{ds.resolve().name}"
+    tag = uuid.uuid4().hex[:6]
+    slug = "".join(c if c.isalnum() or c in "-_" else "-" for c in ds.resolve().name.lower()).strip("-_") or "dataset"
+    name = f"bench-ops-{slug}-{tag}"
+    log_settings = get_settings().model_copy(update={"query_log_prefix": f"bench-ops-{tag}-queries-"})
+    admin = Admin(args.url)
+    state = Run(admin, name, log_settings.query_log_prefix)
+    try:
+        bench(ds, args.queries, state, log_settings)
+    finally:
+        state.clean_up()
+
+
+class Run:
+    """What one run made on the node, for the cleanup at its end."""
+
+    def __init__(self, admin: Admin, name: str, log_prefix: str) -> None:
+        self.admin, self.name, self.log_prefix = admin, name, log_prefix
+        self.repo: str | None = None
+        self.snapshot: str | None = None
+        self.closers: list[tuple[str, Callable[[], object]]] = []
+
+    def clean_up(self) -> None:
+        """Each step on its own (a failure is a warning): searchers and their query log first, so that
+        no record lands after its index is gone."""
+        admin, client = self.admin, self.admin.client
+        for what, close in reversed(self.closers):
+            cleanup(what, close)
+        if self.repo is not None:
+            if self.snapshot is not None:
+                cleanup(f"delete snapshot {self.snapshot}",
+                        lambda: client.snapshot.delete(repository=self.repo, snapshot=self.snapshot, ignore=404))
+            cleanup(f"delete snapshot repository {self.repo}",
+                    lambda: client.snapshot.delete_repository(repository=self.repo, ignore=404))
+        cleanup(f"delete index {self.name}",
+                lambda: any(ix.name == self.name for ix in admin.indices()) and admin.delete(self.name))
+        cleanup(f"delete the query-log indices {self.log_prefix}*", self._delete_log_indices)
+        cleanup(f"delete the query-log template {Q.query_log_name(self.log_prefix)}",
+                lambda: client.indices.delete_index_template(name=Q.query_log_name(self.log_prefix), ignore=404))
+        cleanup("close the OpenSearch client", admin.close)
+
+    def _delete_log_indices(self) -> None:
+        client = self.admin.client
+        names = list(client.indices.get(index=f"{self.log_prefix}*", params={"expand_wildcards": "all"}))
+        for i in range(0, len(names), 50):
+            client.indices.delete(index=",".join(names[i:i + 50]))
+
+
+def bench(ds: Path, nq: int, run: Run, log_settings: Settings) -> None:
+    admin, name = run.admin, run.name
     encoder = default_encoder()
     embedded = prepare_index(ds, Path(".hybridsearch/bench") / ds.resolve().name, need_vectors=True,
                              encoder=encoder, progress=True, log=print)
-    admin = Admin(args.url)
-    if any(ix.name == name for ix in admin.indices()):
-        admin.delete(name)
-    engine = admin.engine(name)
-    write_s = copy_corpus(ds, embedded, engine, log=print)
-    embedded.close()
-    texts = [q.text for q in load_queries(ds)][: args.queries]
+    try:
+        engine = admin.engine(name)
+        run.closers.append(("close the engine", engine.close))
+        write_s = copy_corpus(ds, embedded, engine, log=print)
+    finally:
+        embedded.close()
+    texts = [q.text for q in load_queries(ds)][:nq]
     hybrid = get_profile("hybrid")
     searcher = Searcher(engine, encoder=encoder)
+    run.closers.append(("close the searcher", searcher.close))
     for q in texts[:20]:
         searcher.search(q, hybrid)  # warm-up
     had_hits = {}
@@ -131,9 +188,10 @@ def main() -> None:
     admin.prune(name, keep=1)
 
     # 3. snapshot, delete, restore
-    repo = f"bench-{uuid.uuid4().hex[:6]}"
+    repo = run.repo = f"bench-ops-{uuid.uuid4().hex[:6]}"
     admin.repo_add(repo)
     t = time.perf_counter()
+    run.snapshot = "bench"
     snap = admin.snapshot_create("bench", repo, [name])
     create_s = time.perf_counter() - t
     admin.delete(name)
@@ -147,11 +205,14 @@ def main() -> None:
         ("documents / vectors / codes after restore", f"{st.documents} / {st.vectors} / {st.codes}"),
     ])
     admin.client.snapshot.delete(repository=repo, snapshot="bench")
+    run.snapshot = None
     admin.client.snapshot.delete_repository(repository=repo)
+    run.repo = None
 
     # 4. query-log overhead: alternating blocks, the same queries
-    log = QueryLog(OpenSearchSink(engine.raw_url, get_settings()))
+    log = QueryLog(OpenSearchSink(engine.raw_url, log_settings))
     logged = Searcher(engine, encoder=encoder, query_log=log)
+    run.closers.append(("close the logged searcher", logged.close))
     plain_ms: list[float] = []
     log_ms: list[float] = []
     for block in range(0, len(texts), 25):
@@ -167,10 +228,7 @@ def main() -> None:
         ("p50 with the query log", f"{p_log:.2f} ms ({p_log - p_plain:+.2f} ms)"),
         ("records written / dropped / failed", f"{log.written} / {log.dropped} / {log.failed}"),
     ])
-    searcher.close()
-    admin.delete(name)
-    admin.close()
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

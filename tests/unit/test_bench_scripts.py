@@ -156,14 +156,14 @@ def test_a_worker_that_cannot_start_is_reported(tmp_path: Path, monkeypatch: pyt
 
 
 # -- opensearch.py and ops.py -----------------------------------------------------------------------
-@pytest.mark.parametrize("script", ["opensearch.py"])
+@pytest.mark.parametrize("script", ["opensearch.py", "ops.py"])
 def test_opensearch_benches_refuse_an_unreachable_node_before_the_model_loads(script: str) -> None:
     out = bench(script, str(DEMO), "--url", "http://127.0.0.1:1", "--queries", "5")
     refused(out, "cannot reach OpenSearch at http://127.0.0.1:1")
     assert out.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("script", ["opensearch.py"])
+@pytest.mark.parametrize("script", ["opensearch.py", "ops.py"])
 @pytest.mark.parametrize(("args", "message"), [
     (["--queries", "0"], "a whole number above 0"),
     (["--queries", "-3"], "a whole number above 0"),
@@ -172,6 +172,6 @@ def test_opensearch_benches_refuse_bad_numbers(script: str, args: list[str], mes
     refused(bench(script, str(DEMO), "--url", "http://127.0.0.1:1", *args), message)
 
 
-@pytest.mark.parametrize("script", ["opensearch.py"])
+@pytest.mark.parametrize("script", ["opensearch.py", "ops.py"])
 def test_opensearch_benches_refuse_a_missing_dataset(script: str, tmp_path: Path) -> None:
     refused(bench(script, str(tmp_path), "--url", "http://127.0.0.1:1"), "not a BEIR dataset directory")
