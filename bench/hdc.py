@@ -4,9 +4,11 @@
     python bench/hdc.py million [--n 1000000] [--queries 200]
     python bench/hdc.py quality [--data ../shared/data/scifact ../shared/data/cacm]
 
-`million` builds its codes by encoding synthetic documents drawn from a Zipf vocabulary with
-SciFact-like lengths (random bits have no neighbourhood structure, so no graph index could find
-their neighbours): exact IndexBinaryFlat and IndexBinaryHNSW top-100 latency and HNSW recall@10.
+`encode` times one encoder cold, then warm, then the warm encoder forked into two processes (each
+child inherits the parent's token cache). `million` builds its codes by encoding synthetic
+documents drawn from a Zipf vocabulary with SciFact-like lengths (random bits have no
+neighbourhood structure, so no graph index could find their neighbours): exact IndexBinaryFlat and
+IndexBinaryHNSW top-100 latency and HNSW recall@10.
 `quality` runs `hybridsearch eval`'s code path: BM25 alone, HDC alone, agreement fusion escalated
 (the kb-balanced profile) and always on (bm25+hdc:agreement), with and without character 3-grams.
 """
@@ -14,14 +16,16 @@ their neighbours): exact IndexBinaryFlat and IndexBinaryHNSW top-100 latency and
 from __future__ import annotations
 
 import argparse
+import math
+import multiprocessing
 import os
 import tempfile
 import time
-from multiprocessing import Pool
 from pathlib import Path
 
 import faiss
 import numpy as np
+from _common import dataset_dir, positive_int, run_main
 
 from hybridsearch.analysis import default_analyzer
 from hybridsearch.hdc import NBYTES, HdcEncoder
@@ -33,19 +37,20 @@ SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scif
 
 
 _DOCS: list = []
+_ENC: HdcEncoder | None = None  # the parent's warm encoder, inherited by forked children
 
 
-def _encode_part(args: tuple[int, int, bool]) -> float:
-    start, stop, ngrams = args
-    enc = HdcEncoder(ngrams=ngrams)
+def _encode_part(args: tuple[int, int]) -> float:
+    start, stop = args
+    assert _ENC is not None
     t = time.perf_counter()
     for d in _DOCS[start:stop]:
-        enc.encode_document(d)
+        _ENC.encode_document(d)
     return time.perf_counter() - t
 
 
 def bench_encode(data: Path) -> None:
-    global _DOCS
+    global _DOCS, _ENC
     docs = _DOCS = list(BeirLoader().load(data, LoadReport()))
     n = len(docs)
     print(f"\n## encode: {n} documents of {data.name}, 4 fields each, analysis included\n")
@@ -59,8 +64,9 @@ def bench_encode(data: Path) -> None:
                 enc.encode_document(d)
             dt = time.perf_counter() - t
             print(f"| {name} | 1 | {caches} | {n / dt:,.0f} | {dt / n * 1000:.3f} |")
-        with Pool(2) as pool:  # fork: children inherit the warm HV and analysis caches
-            dt = max(pool.map(_encode_part, [(0, n // 2, ngrams), (n // 2, n, ngrams)]))
+        _ENC = enc  # warm: forked children inherit its token cache and the HV and analysis caches
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            dt = max(pool.map(_encode_part, [(0, n // 2), (n // 2, n)]))
         print(f"| {name} | 2 | warm (forked) | {n / dt:,.0f} | {dt / n * 1000:.3f} |")
     per_doc = 4 * NBYTES
     print(f"\nmemory per document: 4 field codes = {per_doc} B = {per_doc / 1024:.1f} KiB (before index overhead)")
@@ -105,7 +111,7 @@ def bench_million(n: int, nq: int, m: int, query_tokens: float) -> None:
     t = time.perf_counter()
     chunk = 20_000
     jobs = [(s, min(s + chunk, n), s) for s in range(0, n, chunk)]
-    with Pool(os.cpu_count() or 1, initializer=_init_worker) as pool:
+    with multiprocessing.Pool(os.cpu_count() or 1, initializer=_init_worker) as pool:
         codes = np.vstack(pool.map(_encode_synthetic, jobs))
     t_enc = time.perf_counter() - t
     # queries drawn from one indexed document each: `query_tokens` of its tokens (>= 1: a count,
@@ -172,16 +178,38 @@ def bench_quality(datasets: list[Path]) -> None:
             print(format_table(res))
 
 
+def query_tokens(value: str) -> float:
+    """An argparse type: a number above 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"a number above 0, got {value!r}")
+    return x
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("part", choices=["encode", "million", "quality"])
-    ap.add_argument("--data", type=Path, nargs="*", default=[SCIFACT])
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--m", type=int, default=32, help="HNSW graph degree")
-    ap.add_argument("--query-tokens", type=float, default=9,
+    ap.add_argument("--data", type=dataset_dir, nargs="+", help=f"BEIR datasets (default: {SCIFACT})")
+    ap.add_argument("--n", type=positive_int, default=1_000_000)
+    ap.add_argument("--queries", type=positive_int, default=200)
+    ap.add_argument("--m", type=positive_int, default=32, help="HNSW graph degree")
+    ap.add_argument("--query-tokens", type=query_tokens, default=9,
                     help="tokens per query taken from an indexed document (< 1: a fraction of them)")
     args = ap.parse_args()
+    if args.part == "million":
+        if args.n < 100:
+            ap.error(f"--n {args.n}: million searches the top 100, so it needs at least 100 codes")
+        if args.queries > min(args.n, 20_000):
+            ap.error(f"--queries {args.queries}: each query is drawn from a different one of the first "
+                     f"{min(args.n, 20_000)} documents, so at most {min(args.n, 20_000)}")
+    elif args.data is None:
+        try:
+            args.data = [dataset_dir(str(SCIFACT))]
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"--data (default): {e}")
     default_analyzer()
     if args.part == "encode":
         bench_encode(args.data[0])
@@ -192,4 +220,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

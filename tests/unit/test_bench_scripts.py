@@ -175,3 +175,19 @@ def test_opensearch_benches_refuse_bad_numbers(script: str, args: list[str], mes
 @pytest.mark.parametrize("script", ["opensearch.py", "ops.py"])
 def test_opensearch_benches_refuse_a_missing_dataset(script: str, tmp_path: Path) -> None:
     refused(bench(script, str(tmp_path), "--url", "http://127.0.0.1:1"), "not a BEIR dataset directory")
+
+
+# -- hdc.py -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "message"), [
+    (["million", "--n", "100"], "--queries 200: each query is drawn from a different one of the first 100"),
+    (["million", "--n", "50", "--queries", "10"], "needs at least 100 codes"),
+    (["million", "--n", "-5"], "a whole number above 0"),
+    (["million", "--queries", "0"], "a whole number above 0"),
+    (["million", "--m", "0"], "a whole number above 0"),
+    (["million", "--query-tokens", "0"], "a number above 0"),
+    (["encode", "--data"], "expected at least one argument"),
+    (["encode", "--data", "/nowhere"], "not a BEIR dataset directory"),
+    (["quality", "--data", str(DEMO), "/nowhere"], "not a BEIR dataset directory"),
+])
+def test_hdc_refuses_bad_arguments(args: list[str], message: str) -> None:
+    refused(bench("hdc.py", *args), message)
