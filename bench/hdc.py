@@ -8,7 +8,8 @@
 child inherits the parent's token cache). `million` builds its codes by encoding synthetic
 documents drawn from a Zipf vocabulary with SciFact-like lengths (random bits have no
 neighbourhood structure, so no graph index could find their neighbours): exact IndexBinaryFlat and
-IndexBinaryHNSW top-100 latency and HNSW recall@10.
+IndexBinaryHNSW top-100 latency and HNSW recall@10, where a hit counts when its exact Hamming
+distance is at most the exact 10th distance (any of the codes tied there is a right answer).
 `quality` runs `hybridsearch eval`'s code path: BM25 alone, HDC alone, agreement fusion escalated
 (the kb-balanced profile) and always on (bm25+hdc:agreement), with and without character 3-grams.
 """
@@ -130,12 +131,12 @@ def bench_million(n: int, nq: int, m: int, query_tokens: float) -> None:
     faiss.omp_set_num_threads(os.cpu_count() or 1)
     flat = faiss.IndexBinaryFlat(NBYTES * 8)
     flat.add(codes)
-    lat, exact_ids = [], []
+    lat, tenth = [], []
     for q in queries:
         t = time.perf_counter()
-        _, ids = flat.search(q.reshape(1, -1), 100)
+        dist, _ = flat.search(q.reshape(1, -1), 100)
         lat.append((time.perf_counter() - t) * 1000)
-        exact_ids.append(ids[0])
+        tenth.append(dist[0][9])
     t = time.perf_counter()
     hnsw = faiss.IndexBinaryHNSW(NBYTES * 8, m)
     hnsw.hnsw.efConstruction = 100
@@ -144,16 +145,20 @@ def bench_million(n: int, nq: int, m: int, query_tokens: float) -> None:
     kind = f"{int(query_tokens)} tokens" if query_tokens >= 1 else f"{query_tokens:.0%} of the tokens"
     print(f"\n## {n:,} synthetic codes (one field), {nq} queries of {kind} of an indexed document; "
           f"synthetic encoding {t_enc:.0f}s, HNSW build {t_build:.0f}s\n")
-    print("| index | efSearch | p50 ms | p95 ms | recall@10 vs exact |\n|---|---|---|---|---|")
+    print("| index | efSearch | p50 ms | p95 ms | recall@10 vs exact (a hit at most the exact 10th Hamming distance "
+          "counts: ties) |\n|---|---|---|---|---|")
     print(f"| exact IndexBinaryFlat | - | {percentile(lat, 50):.2f} | {percentile(lat, 95):.2f} | 1.000 |")
     for ef in (64, 128, 256, 512):
         hnsw.hnsw.efSearch = ef
         lat_h, rec = [], []
-        for q, ex in zip(queries, exact_ids, strict=True):
+        for q, limit in zip(queries, tenth, strict=True):
             t = time.perf_counter()
             _, ids = hnsw.search(q.reshape(1, -1), 100)
             lat_h.append((time.perf_counter() - t) * 1000)
-            rec.append(len(set(ids[0][:10]) & set(ex[:10])) / 10)
+            top = ids[0][:10]
+            top = top[top >= 0]
+            exact = np.unpackbits(codes[top] ^ q, axis=1).sum(axis=1)  # recomputed, not taken from the index
+            rec.append(int((exact <= limit).sum()) / 10)
         print(f"| IndexBinaryHNSW M={m} | {ef} | {percentile(lat_h, 50):.2f} | {percentile(lat_h, 95):.2f} | "
               f"{np.mean(rec):.3f} |")
     graph = hnsw.hnsw.neighbors.size() * 4 + hnsw.hnsw.levels.size() * 4 + hnsw.hnsw.offsets.size() * 8
