@@ -19,6 +19,8 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from _common import dataset_dir, run_main  # noqa: E402
+
 from hybridsearch.metrics import percentile  # noqa: E402
 from hybridsearch.models import DocInfo, Document, RankedList  # noqa: E402
 from query_service.diversity import diversify  # noqa: E402
@@ -107,9 +109,13 @@ def bench_eval(datasets: list[Path], index_root: Path | None) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("part", choices=["stages", "eval"])
-    ap.add_argument("datasets", type=Path, nargs="*")
+    ap.add_argument("datasets", type=dataset_dir, nargs="*")
     ap.add_argument("--index-root", type=Path)
     args = ap.parse_args()
+    if args.part == "eval" and not args.datasets:
+        ap.error("eval needs at least one DATASET")
+    if args.part == "stages" and (args.datasets or args.index_root):
+        ap.error("stages takes no DATASET or --index-root (it runs without an engine)")
     if args.part == "stages":
         bench_stages()
     else:
@@ -117,4 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

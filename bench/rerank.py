@@ -18,6 +18,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from _common import dataset_dir, positive_int, run_main  # noqa: E402
+
 from hybridsearch.cli import demo_dir  # noqa: E402
 from hybridsearch.embeddings import default_encoder  # noqa: E402
 from hybridsearch.metrics import percentile  # noqa: E402
@@ -28,9 +30,9 @@ from query_service.searcher import Searcher  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("datasets", nargs="*", type=Path)
+    ap.add_argument("datasets", nargs="*", type=dataset_dir)
     ap.add_argument("--index-root", type=Path, default=Path(".hybridsearch/eval"))
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--queries", type=positive_int, default=200)
     ap.add_argument("--rights", help="comma-separated licence classes of the caller (default: sees everything)")
     args = ap.parse_args()
     rights = None if args.rights is None else set(args.rights.split(","))
@@ -67,9 +69,12 @@ def main() -> None:
             return f"{percentile(xs, 50):.2f} / {percentile(xs, 95):.2f}"
 
         name = data.resolve().name + ("" if rights is None else f" (rights {args.rights})")
+        if not total:
+            print(f"| {name} | 0 | no query of {len(queries)} reached the reranker (out of domain) | | | | |")
+            continue
         print(f"| {name} | {len(total)} | {percentile([float(s) for s in seen], 50):.0f} | "
               f"{pair(expand)} | {pair(rerank)} | {pair(both)} | {pair(total)} |")
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from _common import dataset_dir, grid_step, run_main  # noqa: E402
+
 from hybridsearch.cli import demo_dir  # noqa: E402
 from hybridsearch.embeddings import default_encoder  # noqa: E402
 from hybridsearch.metrics import evaluate  # noqa: E402
@@ -68,10 +70,10 @@ def ndcg(cached: dict[str, list[tuple[str, dict[str, float]]]], qrels, row: tupl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scifact", type=Path, default=Path("../shared/data/scifact"))
+    ap.add_argument("--scifact", type=dataset_dir, default="../shared/data/scifact")
     ap.add_argument("--index-root", type=Path, default=Path(".hybridsearch/eval"))
-    ap.add_argument("--report", nargs="*", type=Path, default=[])
-    ap.add_argument("--step", type=float, default=0.05)
+    ap.add_argument("--report", nargs="*", type=dataset_dir, default=[])
+    ap.add_argument("--step", type=grid_step, default=0.05)
     args = ap.parse_args()
     enc = default_encoder()
     classify = RuleIntentClassifier().classify
@@ -129,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

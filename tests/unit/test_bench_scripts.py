@@ -191,3 +191,25 @@ def test_opensearch_benches_refuse_a_missing_dataset(script: str, tmp_path: Path
 ])
 def test_hdc_refuses_bad_arguments(args: list[str], message: str) -> None:
     refused(bench("hdc.py", *args), message)
+
+
+# -- query_layer.py, rerank.py, tune_hybrid.py, tune_rerank.py --------------------------------------
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("query_layer.py", ["eval"], "eval needs at least one DATASET"),
+    ("query_layer.py", ["eval", "/nowhere"], "not a BEIR dataset directory"),
+    ("query_layer.py", ["stages", str(DEMO)], "stages takes no DATASET"),
+    ("rerank.py", ["--queries", "0"], "a whole number above 0"),
+    ("rerank.py", ["--queries", "-60"], "a whole number above 0"),
+    ("rerank.py", ["/nowhere"], "not a BEIR dataset directory"),
+    ("tune_hybrid.py", [str(DEMO), "--step", "0"], "divides 1 evenly"),
+    ("tune_hybrid.py", [str(DEMO), "--step", "0.3"], "divides 1 evenly"),
+    ("tune_hybrid.py", [str(DEMO), "--step=-0.1"], "divides 1 evenly"),
+    ("tune_hybrid.py", [str(DEMO), "--split", "test"], "never on test"),
+    ("tune_hybrid.py", [str(DEMO), "--split", "dev"], "no qrels for split 'dev'"),
+    ("tune_hybrid.py", ["/nowhere"], "not a BEIR dataset directory"),
+    ("tune_rerank.py", ["--scifact", "/nowhere"], "not a BEIR dataset directory"),
+    ("tune_rerank.py", ["--scifact", str(DEMO), "--report", "/nowhere"], "not a BEIR dataset directory"),
+    ("tune_rerank.py", ["--scifact", str(DEMO), "--step", "0.3"], "divides 1 evenly"),
+])
+def test_eval_benches_refuse_bad_arguments(script: str, args: list[str], message: str) -> None:
+    refused(bench(script, *args), message)
