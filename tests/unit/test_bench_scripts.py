@@ -145,6 +145,7 @@ def test_a_dead_worker_ends_the_wait(tmp_path: Path, monkeypatch: pytest.MonkeyP
         celery_ingest.timed([sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ), timeout=0.5)
 
 
+@pytest.mark.slow  # a worker's start-up and its broker check: about 5 s
 def test_a_worker_that_cannot_start_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hybridsearch.errors import HybridSearchError
 
