@@ -33,14 +33,16 @@ class IngestSummary:
     rejected: list[ValidationError] = field(default_factory=list)
     indexed: int = 0
     embedded: int = 0
+    kept: int = 0  # chunks whose stored vector is for the text they bring: not embedded again
     replaced: int = 0
     seconds: float = 0.0
     graph: GraphSummary | None = None
     graph_built: bool = False
 
     def lines(self) -> list[str]:
+        kept = f" (kept the vectors of {self.kept} unchanged chunks)" if self.kept else ""
         out = [f"loaded {self.loaded}, rejected {len(self.rejected)}, indexed {self.indexed}, "
-               f"embedded {self.embedded}, in {self.seconds:.1f}s"]
+               f"embedded {self.embedded}{kept}, in {self.seconds:.1f}s"]
         if self.replaced:
             out.append(f"removed {self.replaced} chunks that the new versions of their works no longer have")
         if self.graph is not None:
@@ -79,7 +81,8 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     written, so an acknowledged document is searchable in every channel at once; then, with
     `graph`, the citation graph is brought up to date. A work is replaced whole: its chunks that
     the new version no longer has are deleted. A record whose id is a chunk of another work in the
-    index is rejected. An input with no record accepted is a ValidationError saying why."""
+    index is rejected. A chunk stored with a vector for the text it brings keeps that vector (it is
+    not embedded again). An input with no record accepted is a ValidationError saying why."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
@@ -99,12 +102,18 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
             records = report.loaded + len(report.rejected) - done
             batch = _claimable(engine, batch, report, strict)
             if batch:
-                vectors = None if encoder is None else _embed(encoder, batch, partial(advance, records))
-                codes = [hdc_encoder.encode_document(d) for d in batch] if hdc_encoder is not None else None
-                engine.write(batch, vectors, codes)
+                kept = _vectors_to_keep(engine, batch) if encoder is not None else set()
+                fresh = [d for d in batch if d.id not in kept]
+                vectors = _embed(encoder, fresh, partial(advance, records)) if encoder is not None and fresh else None
+                codes = {d.id: hdc_encoder.encode_document(d) for d in batch} if hdc_encoder is not None else None
+                # written without vectors, chunks whose text is unchanged keep the ones stored
+                for part, vecs in (([d for d in batch if d.id in kept], None), (fresh, vectors)):
+                    if part:
+                        engine.write(part, vecs, None if codes is None else [codes[d.id] for d in part])
                 summary.replaced += _drop_stale_chunks(engine, batch, written)
                 summary.indexed += len(batch)
-                summary.embedded += 0 if vectors is None else len(batch)
+                summary.embedded += 0 if vectors is None else len(fresh)
+                summary.kept += len(kept)
             done += records
             advance(0, 0.0)
     except ValidationError as e:
@@ -160,6 +169,17 @@ def _work_batches(items: Iterable[Document], size: int) -> Iterator[list[Documen
         batch.append(d)
     if batch:
         yield batch
+
+
+def _vectors_to_keep(engine: Engine, batch: Sequence[Document]) -> set[str]:
+    """Ids of the batch's chunks stored with a vector for the very text they bring (a corpus
+    ingested again): embedding them again would give the same vectors."""
+    try:
+        stored = engine.get([d.id for d in batch])
+    except IndexNotFoundError:  # an OpenSearch index before its first write
+        return set()
+    same = [d.id for d in batch if d.id in stored and stored[d.id].dense_text == d.dense_text]
+    return set(same) - {i for i, _ in engine.missing_vectors(ids=same)} if same else set()
 
 
 def _claimable(engine: Engine, batch: list[Document], report: LoadReport, strict: bool) -> list[Document]:

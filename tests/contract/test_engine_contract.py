@@ -454,3 +454,44 @@ def test_long_queries_are_answered(engine) -> None:
     """150 distinct terms over 8 fields: 1,200 term clauses on OpenSearch."""
     terms = [(f"zz{i}", 1.0) for i in range(150)] + [("compact", 1.0)]
     assert engine.bm25(terms).ids == ["a", "b"]
+
+
+def test_ingesting_a_corpus_again_embeds_only_changed_text(blank, tmp_path) -> None:
+    """A corpus ingested again keeps the vectors of chunks whose text is unchanged (the model is
+    not run for them) and embeds the changed ones; every chunk still has a vector for its text."""
+    import json
+
+    from indexer.pipeline import ingest
+
+    class Counting:  # a deterministic encoder that records what it was asked to embed
+        name, dim = "counting", 384
+
+        def __init__(self) -> None:
+            self.texts: list[str] = []
+
+        def encode(self, texts, *, batch_size=None, progress=False, query=False) -> np.ndarray:  # noqa: ANN001
+            self.texts += texts
+            out = np.stack([np.random.default_rng(abs(hash(t)) % 2**32).normal(size=self.dim) for t in texts])
+            return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+    records = [{"id": f"w{i}", "title": f"Work {i}", "text": f"the text of work {i}"} for i in range(6)]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
+    enc = Counting()
+    first = ingest(blank, corpus, encoder=enc, graph=False, progress=False, batch_size=4)
+    assert first.embedded == 6 and first.kept == 0 and len(enc.texts) == 6
+    before = blank.vectors([r["id"] for r in records])
+
+    records[2]["text"] = "a new text for work 2"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
+    enc.texts = []
+    again = ingest(blank, corpus, encoder=enc, graph=False, progress=False, batch_size=4)
+    assert again.indexed == 6 and again.embedded == 1 and again.kept == 5
+    assert enc.texts == [blank.get(["w2"])["w2"].dense_text]
+    assert "embedded 1 (kept the vectors of 5 unchanged chunks)" in again.lines()[0]
+    after = blank.vectors([r["id"] for r in records])
+    assert set(after) == set(before) and not blank.missing_vectors()
+    for i in (0, 1, 3, 4, 5):
+        assert np.array_equal(after[f"w{i}"], before[f"w{i}"])
+    assert not np.array_equal(after["w2"], before["w2"])
+    assert blank.get(["w2"])["w2"].text == "a new text for work 2"
