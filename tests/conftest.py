@@ -74,6 +74,25 @@ def _session_query_log() -> Iterator[None]:
         client.close()
 
 
+def wait_ready(proc: Any, url: str, seconds: float = 180) -> None:
+    """Wait until `hybridsearch serve` (the process `proc`) answers /readyz at `url` with 200;
+    fails with its stderr if it exits first."""
+    import time
+
+    import httpx
+
+    deadline = time.time() + seconds
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.time() < deadline, "the service did not become ready"
+        time.sleep(0.3)
+
+
 @pytest.fixture(scope="session")
 def encoder():
     from hybridsearch.embeddings import default_encoder

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import wait_ready
+
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 RESTRICTED = [{"id": "secret-brouwer", "title": "Brouwer fixed point theorem, licensed notes",
                "text": "A restricted lecture note on the Brouwer fixed point theorem and retractions.",
@@ -58,16 +60,7 @@ def service(tmp_path_factory, demo_index):
     proc = subprocess.Popen([EXE, "serve", "--index-dir", str(idx), "--keys", str(keys), "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
-    while True:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.time() < deadline, "the service did not become ready"
-        time.sleep(0.3)
+    wait_ready(proc, url)
     yield {"url": url, "keys": k, "keys_file": keys, "root": root, "proc": proc, "env": env, "idx": idx}
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

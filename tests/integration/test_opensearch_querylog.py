@@ -13,7 +13,7 @@ import pytest
 
 from hybridsearch.config import get_settings
 from query_service.querylog import OpenSearchSink, QueryLog, index_for
-from tests.conftest import DEMO, QUERY_LOG_PREFIX
+from tests.conftest import DEMO, QUERY_LOG_PREFIX, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
@@ -164,7 +164,6 @@ def test_the_http_service_logs_mode_and_the_effective_k(opensearch_index, tmp_pa
     import os
     import signal
     import socket
-    import time
 
     import httpx
 
@@ -184,16 +183,7 @@ def test_the_http_service_logs_mode_and_the_effective_k(opensearch_index, tmp_pa
                             env={**os.environ, "HYBRIDSEARCH_QUERY_LOG_DIR": ""})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180
-        while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "the service did not become ready"
-            time.sleep(0.3)
+        wait_ready(proc, url)
         auth = {"Authorization": f"Bearer {key}"}
         for body in ({"query": "Banach fixed point", "profile": "lexical", "mode": "survey"},
                      {"query": "Banach fixed point", "profile": "lexical", "mode": "lookup", "k": 3}):
