@@ -13,7 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
-from hybridsearch.analysis import default_analyzer
+from hybridsearch.analysis import ANALYSIS_RULES, default_analyzer
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, check_lexicon, is_url, open_engine
@@ -82,7 +82,9 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     `graph`, the citation graph is brought up to date. A work is replaced whole: its chunks that
     the new version no longer has are deleted. A record whose id is a chunk of another work in the
     index is rejected. A chunk stored with a vector for the text it brings keeps that vector (it is
-    not embedded again). An input with no record accepted is a ValidationError saying why."""
+    not embedded again). A run that rewrote every chunk of the index (with HDC codes) records this
+    version's analysis rules for it (ANALYSIS_RULES). An input with no record accepted is a
+    ValidationError saying why."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
@@ -92,6 +94,7 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
                leave=False)
     done = 0  # records behind the batches written
     written: set[str] = set()  # works with chunks written by this run
+    chunks: set[str] = set()  # the chunks written by this run
 
     def advance(batch_records: int, fraction: float) -> None:
         bar.n = min(done + batch_records * fraction, bar.total or float("inf"))
@@ -112,6 +115,7 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
                         engine.write(part, vecs, None if codes is None else [codes[d.id] for d in part])
                 summary.replaced += _drop_stale_chunks(engine, batch, written)
                 summary.indexed += len(batch)
+                chunks.update(d.id for d in batch)
                 summary.embedded += 0 if vectors is None else len(fresh)
                 summary.kept += len(kept)
             done += records
@@ -128,6 +132,10 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
         why = (f"every record was rejected ({len(report.rejected)}; first: {report.rejected[0]})" if report.rejected
                else "it holds no records (an empty file, or a directory with no file the loader reads)")
         raise ValidationError(f"nothing to index: {why}", source=str(path))
+    # every chunk of the index analysed and HDC-encoded again by this run: it is up to date with
+    # this version's analysis rules, whichever an older version made it with
+    if hdc_encoder is not None and engine.count() == len(chunks) and engine.get_meta("analysis") != ANALYSIS_RULES:
+        engine.set_meta("analysis", ANALYSIS_RULES)
     if graph and isinstance(engine, GraphStore):
         summary.graph, summary.graph_built = update_graph(engine)
     summary.seconds = time.perf_counter() - start

@@ -430,7 +430,8 @@ def stale_analysis(stored: Any, what: str, where: str) -> str | None:
         return None
     return (f"{where} holds {what} made with analysis {rules_named(stored)}, and this version analyses with rules "
             f"{ANALYSIS_RULES} (hybridsearch/analysis/tokenizer.py lists what each changed): text in the notations "
-            "that changed may not match queries; ingest into a new index to bring them up to date")
+            "that changed may not match queries; ingest the corpus again into it (unchanged text is not embedded "
+            "again) to bring them up to date")
 
 
 def is_url(target: str) -> bool:

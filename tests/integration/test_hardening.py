@@ -174,8 +174,23 @@ def test_an_index_analysed_with_older_rules_is_reanalysed(tmp_path, monkeypatch,
     assert ("rebuilding the BM25 index from the journal: it was analysed with rules older than recorded ones, "
             f"and these are rules {ANALYSIS_RULES}") in warned
     assert "holds HDC codes made with analysis rules older than recorded ones" in warned
-    assert "ingest into a new index" in warned
+    assert "ingest the corpus again into it" in warned
     assert json.loads(applied.read_text())["analysis"] == ANALYSIS_RULES
+    # the codes are brought up to date by ingesting the corpus again: all of it, not a part
+    more = jsonl(tmp_path / "more.jsonl", {"id": "lq", "title": "Lorentz spaces", "text": "weak L^p"})
+    every = tmp_path / "all.jsonl"
+    every.write_text(docs.read_text() + more.read_text())
+    with hybridsearch.open(idx) as h:
+        h.ingest(more, embed=False)
+        assert h.engine.get_meta("analysis") is None  # "lp" still holds codes of the older rules
+        h.ingest(docs, embed=False)
+        assert h.engine.get_meta("analysis") is None  # a run that wrote part of the index cannot tell
+        h.ingest(every, embed=False)
+        assert h.engine.get_meta("analysis") == ANALYSIS_RULES
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hybridsearch"):
+        hybridsearch.open(idx).close()
+    assert not [r for r in caplog.records if "rules" in r.getMessage()]
     # an index made with these rules records them, and opens without either message
     caplog.clear()
     hybridsearch.create(tmp_path / "new").close()

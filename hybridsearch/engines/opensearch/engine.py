@@ -345,7 +345,7 @@ class OpenSearchEngine:
             meta = self._index_meta() if meta is None else meta
             where = f"index {self.index!r} at {self.url}"
             check_lexicon(meta.get("lexicon"), self.analyzer, where)
-            stale = stale_analysis(meta.get("analysis"), "tokens and HDC codes", where)
+            stale = stale_analysis(Q.analysis_rules(meta), "tokens and HDC codes", where)
             if stale and self.count():
                 _log.warning("%s", stale)
             self._analysis_checked = True

@@ -339,6 +339,14 @@ def hybridsearch_meta(mappings: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def analysis_rules(meta: Mapping[str, Any]) -> Any:
+    """The analysis rules a version's tokens and HDC codes were made with, from its hybridsearch
+    `_meta`: those an ingest that rewrote every chunk recorded (`set_meta("analysis")`), else those
+    the version was created with (None before versions recorded them)."""
+    recorded = (meta.get("meta") or {}).get("analysis")
+    return recorded if recorded is not None else meta.get("analysis")
+
+
 def dense_method(mappings: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The k-NN engine and space type an index's `dense` field was made with, as its mappings
     name them (None where they do not)."""
