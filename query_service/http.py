@@ -115,21 +115,14 @@ class RateLimits:
         """0 when `name` may send a request now (one token taken), else seconds until it may. The
         bucket refills at `rate` tokens a second up to `burst`; the monotonic clock is the
         system's, one for every process."""
-        with self._lock:
-            c = self._conn
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                now = time.monotonic()
-                row = c.execute("SELECT tokens, at FROM buckets WHERE name=?", (name,)).fetchone()
-                tokens = float(burst) if row is None else min(float(burst), row[0] + max(0.0, now - row[1]) * rate)
-                wait = 0.0 if tokens >= 1 else (1 - tokens) / rate
-                c.execute("INSERT OR REPLACE INTO buckets VALUES (?,?,?)", (name, tokens - 1 if not wait else tokens,
-                                                                           now))
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+        from hybridsearch.engines.embedded.store import write_transaction
+
+        with write_transaction(self._conn, self._lock) as c:
+            now = time.monotonic()
+            row = c.execute("SELECT tokens, at FROM buckets WHERE name=?", (name,)).fetchone()
+            tokens = float(burst) if row is None else min(float(burst), row[0] + max(0.0, now - row[1]) * rate)
+            wait = 0.0 if tokens >= 1 else (1 - tokens) / rate
+            c.execute("INSERT OR REPLACE INTO buckets VALUES (?,?,?)", (name, tokens - 1 if not wait else tokens, now))
         return wait
 
 

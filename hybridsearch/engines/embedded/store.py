@@ -8,7 +8,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,22 @@ class JournalEntry:
     id: str
     label: int
 
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection, lock: AbstractContextManager[Any]) -> Iterator[sqlite3.Connection]:
+    """One write transaction on `conn` (opened with isolation_level=None) under `lock`, which the
+    threads sharing the connection take in turn: BEGIN IMMEDIATE (writers of other processes queue
+    here, readers go on), COMMIT, or ROLLBACK on any exception."""
+    with lock:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
 class Store:
     """Writes go through one connection (`conn`), one transaction at a time; reads go through a
@@ -131,19 +147,8 @@ class Store:
             self._local.conn, self._local.pid = c, os.getpid()
         return c
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE: writers queue here, readers go on)."""
-        with self._lock:
-            c = self.conn
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                yield c
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self.conn, self._lock)
 
     # -- writes -------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str,
