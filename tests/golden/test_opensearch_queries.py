@@ -180,15 +180,19 @@ def test_the_query_log_policy_and_template() -> None:
     assert digest(with_digest(log)) == digest(log) and with_digest(log)["_meta"]["digest"] == digest(log)
     changed = {**log, "priority": 151}
     assert digest(changed) != digest(log)
-    # another query-log prefix: a template and a deletion policy of its own, covering its indices only
-    assert Q.query_log_template("hybridsearch-queries-") == ("hybridsearch-queries", log)
-    name, tpl = Q.query_log_template("staging-queries-")
-    assert name == "staging-queries" and tpl == {**log, "index_patterns": ["staging-queries-*"]}
+    # another query-log prefix: a template and a deletion policy of its own, covering its indices only;
+    # the longer prefix (a narrower pattern) takes the higher priority, so nested prefixes never tie
+    default = "hybridsearch-queries-"
+    assert Q.query_log_template(default) == ("hybridsearch-queries", {**log, "priority": 150 + len(default)})
+    name, tpl = Q.query_log_template("hybridsearch-queries-staging-")
+    assert name == "hybridsearch-queries-staging" and tpl == {
+        **log, "index_patterns": ["hybridsearch-queries-staging-*"], "priority": 150 + len(default) + 8}
+    assert Q.query_log_template(default)[1]["priority"] != Q.index_template("x", "lucene")["priority"]
     name, body = Q.query_log_policy("staging-queries-")
-    assert name == "staging-queries-30d" and body["policy"]["ism_template"][0]["index_patterns"] == [
-        "staging-queries-*"]
-    assert Q.query_log_policy("hybridsearch-queries-") == ("hybridsearch-queries-30d",
-                                                           Q.template("policies/hybridsearch-queries-30d"))
+    assert name == "staging-queries-30d" and body["policy"]["ism_template"] == [
+        {"index_patterns": ["staging-queries-*"], "priority": 100 + len("staging-queries-")}]
+    name, body = Q.query_log_policy(default)
+    assert name == "hybridsearch-queries-30d" and body["policy"]["ism_template"][0]["priority"] == 100 + len(default)
 
 
 def test_missing_fields_of_an_older_mapping() -> None:

@@ -71,14 +71,15 @@ def test_an_unreachable_log_never_fails_a_search(opensearch_index) -> None:
 
 def test_logs_prune_deletes_old_daily_indices_of_its_own_prefix_only(opensearch_url) -> None:
     """The query log's indices, template pattern and `logs prune` follow HYBRIDSEARCH_QUERY_LOG_PREFIX:
-    another environment's log on the same node (another prefix) keeps its days."""
+    another environment's log on the same node (another prefix, here one that the first starts)
+    gets its own template, and keeps its days."""
     import os
 
     from hybridsearch.config import Settings
     from hybridsearch.engines.opensearch import queries as Q
 
     marker = f"prune-{uuid.uuid4().hex[:6]}"
-    other_prefix = f"test-other-{uuid.uuid4().hex[:8]}-"
+    other_prefix = f"{QUERY_LOG_PREFIX}staging-"  # its indices match the first log's pattern too
     sink = OpenSearchSink(opensearch_url, get_settings())
     other = OpenSearchSink(opensearch_url, Settings(query_log_prefix=other_prefix))
     old = {"@timestamp": "2020-01-02T03:04:05.000Z", "query": marker, "index": marker}
@@ -90,6 +91,9 @@ def test_logs_prune_deletes_old_daily_indices_of_its_own_prefix_only(opensearch_
         for prefix in (QUERY_LOG_PREFIX, other_prefix):  # each log's template covers its own indices
             (tpl,) = sink.client.indices.get_index_template(name=Q.query_log_name(prefix))["index_templates"]
             assert tpl["index_template"]["index_patterns"] == [f"{prefix}*"]
+        # the narrower pattern decides: the staging log's indices are made from its own template
+        overlapping = sink.client.indices.simulate_index_template(name=theirs).get("overlapping", [])
+        assert [o["name"] for o in overlapping] == [Q.query_log_name(QUERY_LOG_PREFIX)]  # matched, not applied
         refused = subprocess.run([EXE, "logs", "prune", "--older-than", "30d", "--url", opensearch_url],
                                  capture_output=True, text=True, input="")
         assert refused.returncode == 2 and "refused without --yes" in refused.stderr

@@ -212,13 +212,18 @@ def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], Abstra
 
 
 def check_index_name(name: str, field: str = "index") -> str:
-    """A logical index name: lower case, not a version name, not an alias, query-log or lock name
-    (`field` names the option or parameter in the error)."""
-    log = Q.query_log_name(get_settings().query_log_prefix)
+    """A logical index name: lower case, not a version name, not an alias, query-log or lock name,
+    and not one whose index template would be the query log's (`field` names the option or
+    parameter in the error)."""
+    prefix = get_settings().query_log_prefix
+    log = Q.query_log_name(prefix)
     if (not _NAME.match(name) or re.search(r"-v\d+$", name) or name.endswith("-write")
-            or name.startswith(log) or name == LOCK_INDEX):
+            or name.startswith(prefix) or name in (log, LOCK_INDEX)):
         raise ConfigError(f"{field}: {name!r} is not a valid logical index name (lower-case letters, digits, '-', "
-                          f"'_', '.'; not ending in -v<N> or -write; not {log}* or {LOCK_INDEX})")
+                          f"'_', '.'; not ending in -v<N> or -write; not {log}, {prefix}* or {LOCK_INDEX})")
+    if f"hybridsearch-{name}" == log:
+        raise ConfigError(f"{field}: {name!r} would have the index template {log}, which is the query log's "
+                          "(HYBRIDSEARCH_QUERY_LOG_PREFIX); choose another name")
     return name
 
 

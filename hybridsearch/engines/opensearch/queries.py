@@ -78,9 +78,13 @@ def query_log_name(prefix: str) -> str:
 
 
 def query_log_template(prefix: str) -> tuple[str, dict[str, Any]]:
-    """The index template of the daily query-log indices `<prefix>YYYY.MM.DD`: its name and body."""
+    """The index template of the daily query-log indices `<prefix>YYYY.MM.DD`: its name and body.
+    One prefix may start another (`hybridsearch-queries-` and `hybridsearch-queries-staging-`):
+    the longer, whose pattern is the narrower, takes the higher priority (OpenSearch refuses two
+    overlapping patterns of one priority), as the logical indices' templates do."""
     body = template("hybridsearch-queries")
     body["index_patterns"] = [f"{prefix}*"]
+    body["priority"] += len(prefix)
     return query_log_name(prefix), body
 
 
@@ -89,6 +93,7 @@ def query_log_policy(prefix: str) -> tuple[str, dict[str, Any]]:
     (`<query log name>-30d`) and its body."""
     body = template("policies/hybridsearch-queries-30d")
     body["policy"]["ism_template"][0]["index_patterns"] = [f"{prefix}*"]
+    body["policy"]["ism_template"][0]["priority"] += len(prefix)  # the narrower pattern decides
     return f"{query_log_name(prefix)}-30d", body
 
 
