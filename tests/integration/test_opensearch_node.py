@@ -513,3 +513,22 @@ class TestLocalNode:
         assert f"expected {bad}" in msg and "b17ca1d774692902c58cbae102bf463970740c31d81446866e8eabd336e285aa" in msg
         assert not (home / f"opensearch-{OPENSEARCH_VERSION}").exists()
         assert stat.S_ISDIR((home / "downloads").stat().st_mode)
+
+
+def test_process_exists_until_it_is_gone(monkeypatch) -> None:
+    """What a lock holder's pid says: a running process exists, a zombie or a reaped one does not,
+    and one /proc hides (hidepid) but that answers a signal still exists."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert node_mod.process_exists(child.pid)
+        monkeypatch.setattr(node_mod, "_proc_state_of", lambda path: None)  # as /proc with hidepid=2 shows it
+        assert not node_mod.pid_alive(child.pid) and node_mod.process_exists(child.pid)
+        monkeypatch.undo()
+    finally:
+        child.kill()
+    deadline = time.time() + 10
+    while node_mod._proc_state(child.pid) not in ("Z", "X") and time.time() < deadline:
+        time.sleep(0.05)
+    assert not node_mod.process_exists(child.pid)  # a zombie, not reaped yet
+    child.wait()
+    assert not node_mod.process_exists(child.pid)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -49,7 +50,7 @@ from hybridsearch.engines import (
 )
 from hybridsearch.engines.embedded.store import HDC_FIELDS, hash_text
 from hybridsearch.engines.opensearch import queries as Q
-from hybridsearch.engines.opensearch.node import pid_alive
+from hybridsearch.engines.opensearch.node import process_exists
 from hybridsearch.errors import (
     BulkWriteError,
     ConfigError,
@@ -121,15 +122,16 @@ class LockLost(EngineError):
     """Another run took over a lock this one held (it was silent for LOCK_TTL seconds)."""
 
 
-def _machine() -> str:
-    """This machine as a lock records it: the host name and the PID namespace (containers that share
-    a host name have their own process ids), so that a holder's pid is checked only where it means
-    the same process."""
+def _machine() -> str | None:
+    """This machine as a lock records it, so that a holder's pid is checked only where it means the
+    same process: the kernel's boot id (one per host and boot; hosts cloned from one image, or
+    named alike, differ) and the PID namespace (containers on one host have their own process
+    ids). None where they cannot be read: a lock is then taken over only once silent."""
     try:
-        namespace = os.readlink("/proc/self/ns/pid")
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot} {os.readlink('/proc/self/ns/pid')}"
     except OSError:
-        namespace = f"booted {time.time() - time.monotonic():.0f}"  # no /proc: this boot, as near as it can be told
-    return f"{socket.gethostname()} {namespace}"
+        return None
 
 
 @contextmanager
@@ -167,7 +169,8 @@ def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], Abstra
             busy = EngineError(f"{what} is already running ({h.get('owner')}, started {h.get('started')}, last "
                                f"seen {silent:.0f} s ago); if that run was killed, its lock is taken over "
                                f"{LOCK_TTL:.0f} s after it was last seen")
-            gone = h.get("machine") == owner["machine"] and isinstance(h.get("pid"), int) and not pid_alive(h["pid"])
+            gone = (owner["machine"] is not None and h.get("machine") == owner["machine"]
+                    and isinstance(h.get("pid"), int) and not process_exists(h["pid"]))
             if silent < LOCK_TTL and not gone:
                 if time.monotonic() < deadline:
                     time.sleep(random.uniform(0.02, 0.1))

@@ -364,6 +364,20 @@ def _proc_args(pid: int) -> list[str]:
         return []
 
 
+def process_exists(pid: int) -> bool:
+    """True unless the process is gone: not alive by /proc (pid_alive), and not answering a signal 0
+    either (/proc mounted with hidepid hides other users' processes, which still run)."""
+    if pid_alive(pid):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _proc_state(pid) not in ("Z", "X")  # a zombie is gone, though signals reach it
+
+
 def pid_alive(pid: int) -> bool:
     """True if the process exists and is not a zombie. A killed JVM's main thread turns zombie before its other
     threads are gone (and with them its sockets and files), so every thread must be a zombie."""
