@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from hybridsearch import __version__
-from hybridsearch.errors import ConfigError, HybridSearchError
+from hybridsearch.errors import ConfigError, HybridSearchError, IndexNotFoundError
 
 if TYPE_CHECKING:
     from hybridsearch.engines import Engine
@@ -47,12 +47,17 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True) -> Engine:
     if _engine_name(args) == "opensearch":
         url, index = _opensearch_target(args)
         engine = open_engine(url, index=index)
-        if must_exist and not engine.count():  # 0 also when the index does not exist: stats() says which
+        from hybridsearch.engines.opensearch.engine import OpenSearchEngine
+
+        if must_exist and isinstance(engine, OpenSearchEngine):
             try:
-                engine.stats()
-            except HybridSearchError:
+                found = engine.exists()
+            except BaseException:
                 engine.close()
                 raise
+            if not found:
+                engine.close()
+                raise IndexNotFoundError(f"no index {index!r} at {engine.url}; ingest into it first")
         return engine
     return open_engine(str(_existing_index_dir(args) if must_exist else _index_dir(args)))
 

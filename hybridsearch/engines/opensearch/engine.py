@@ -779,10 +779,14 @@ class OpenSearchEngine:
     def _index_meta(self) -> dict[str, Any]:
         return self._live("read metadata")[1]
 
+    def exists(self) -> bool:
+        """Whether the logical index exists (its read alias does); it is made at the first write."""
+        with self._errors("look for the index"):
+            return bool(self.client.indices.exists_alias(name=self.index))
+
     def get_meta(self, key: str) -> Any:
-        with self._errors("read metadata"):
-            if not self.client.indices.exists_alias(name=self.index):
-                return None
+        if not self.exists():
+            return None
         return self._index_meta().get("meta", {}).get(key)
 
     def set_meta(self, key: str, value: Any) -> None:
