@@ -677,8 +677,14 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
 
     s = get_settings()
     password = s.opensearch_password.get_secret_value() if s.opensearch_password else None
-    got = import_saved_objects(args.url, corpus_index=args.corpus_index, username=s.opensearch_username,
-                               password=password, tenant=args.tenant)
+    try:
+        got = import_saved_objects(args.url, corpus_index=args.corpus_index, username=s.opensearch_username,
+                                   password=password, tenant=args.tenant)
+    except ConfigError as e:  # the options by their names on the command line
+        for param, option in (("corpus_index: ", "--corpus-index: "), ("tenant: ", "--tenant: ")):
+            if str(e).startswith(param):
+                raise ConfigError(option + str(e).removeprefix(param)) from e
+        raise
     if args.json:
         print(json.dumps(got, indent=2))
     else:

@@ -200,12 +200,12 @@ def import_saved_objects(dashboards_url: str, *, corpus_index: str | None = None
 
     check_url(dashboards_url, "an OpenSearch Dashboards URL")
     s = settings or get_settings()  # timeout and TLS as for OpenSearch
-    corpus = check_index_name(corpus_index or s.opensearch_index, "corpus_index")
+    corpus = check_index_name(s.opensearch_index if corpus_index is None else corpus_index, "corpus_index")
     # a broken file fails here, with its line, not inside Dashboards
     objects = saved_objects(corpus, s.query_log_prefix)
     data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objects).encode()
-    if tenant is not None and (not tenant.strip() or not tenant.isprintable()):
-        raise ConfigError(f"tenant: {tenant!r} is not a tenant name")
+    if tenant is not None and (not tenant.strip() or not tenant.isprintable() or not tenant.isascii()):
+        raise ConfigError(f"tenant: {tenant!r} is not a tenant name this import can send (printable ASCII)")
     request = _import_request(dashboards_url, data, username=username, password=password, overwrite=overwrite)
     if tenant is not None:
         request.add_header("securitytenant", tenant)

@@ -463,9 +463,13 @@ def test_tenant_goes_in_the_securitytenant_header(fake_dashboards: str) -> None:
         assert out.returncode == 0, out.stderr
         assert {k.lower(): v for k, v in _Dashboards.seen[-1][1].items()}.get("securitytenant") == sent
     seen = len(_Dashboards.seen)
-    out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, "--tenant", " "],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.strip() == "error: tenant: ' ' is not a tenant name", out.stderr
+    for bad, option in ((["--tenant", " "], "--tenant: ' ' is not a tenant name"),
+                        (["--tenant", "团队"], "--tenant: '团队' is not a tenant name this import can send"),
+                        (["--corpus-index", ""], "--corpus-index: '' is not a valid logical index name")):
+        out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, *bad], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 2 and out.stderr.startswith(f"error: {option}") and "Traceback" not in out.stderr, (
+            out.stderr)
     assert len(_Dashboards.seen) == seen  # nothing sent
 
 
@@ -492,7 +496,7 @@ def test_import_names_the_corpus_index_and_query_log_it_is_given(fake_dashboards
     seen = len(_Dashboards.seen)
     out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards, "--corpus-index", "Papers"],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.startswith("error: corpus_index: 'Papers' is not a valid logical "
+    assert out.returncode == 2 and out.stderr.startswith("error: --corpus-index: 'Papers' is not a valid logical "
                                                          "index name") and out.stderr.count("\n") == 1
     assert len(_Dashboards.seen) == seen  # refused before anything was sent
 
