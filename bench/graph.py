@@ -46,10 +46,10 @@ def main() -> None:
     ap.add_argument("dataset", type=dataset_dir)
     ap.add_argument("--runs", type=positive_int, default=5)
     args = ap.parse_args()
-    program("redis-server")
     url = os.environ.get("HYBRIDSEARCH_OPENSEARCH_URL")
     if url:
         node_version(url)
+    program("redis-server")
     from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import graph_at
 
