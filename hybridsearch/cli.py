@@ -467,17 +467,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _check_listen(host: str, port: int) -> None:
     """One error line now if the server could not listen on host:port (a port in use, an address
-    not of this machine), rather than uvicorn's own, after the start-up. A port taken between this
-    check and the server's bind still gets uvicorn's."""
+    not of this machine), rather than uvicorn's own, after the start-up. Every address the host
+    name resolves to is tried, as the server binds them all (`localhost`: 127.0.0.1 and ::1). A port
+    taken between this check and the server's bind still gets uvicorn's."""
     import errno
     import socket
 
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                          flags=socket.AI_PASSIVE)[0]
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-            sock.bind(addr)
+        for family, kind, proto, _, addr in dict.fromkeys(socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as asyncio binds
+                sock.bind(addr)
     except socket.gaierror as e:
         raise HybridSearchError(f"--host {host}: not an address to listen on ({e.strerror})") from e
     except OSError as e:

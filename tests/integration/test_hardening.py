@@ -297,6 +297,28 @@ def test_serve_on_a_port_in_use_is_one_line(demo_copy, tmp_path, capsys) -> None
     assert code == 2 and one_error_line(err).startswith("error: --host nosuch.invalid: not an address to listen on")
 
 
+def test_serve_tries_every_address_its_host_name_has(monkeypatch) -> None:
+    """A host name of two addresses (localhost as 127.0.0.1 and ::1, where the resolver says so; this
+    machine's says 127.0.0.1 alone, so the resolver's answer is given here) is refused when the port
+    is taken on either, as the server binds both."""
+    import socket
+
+    from hybridsearch.cli import _check_listen
+    from hybridsearch.errors import HybridSearchError
+
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.bind(("::1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        both = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+                (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0))]
+        monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: both)
+        with pytest.raises(HybridSearchError, match=f"--port {port}: dual.example:{port} is in use"):
+            _check_listen("dual.example", port)
+        monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: both[:1])
+        _check_listen("dual.example", port)  # 127.0.0.1 alone is free
+
+
 @pytest.mark.integration
 def test_bad_settings_are_one_line(tmp_path) -> None:
     for name, value in (("HYBRIDSEARCH_EMBEDDING_BATCH_SIZE", "abc"), ("HYBRIDSEARCH_GRAPH_DAMPING", "nan"),
