@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import sqlite3
 import sys
 import tempfile
@@ -152,8 +151,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         from workers.celery_app import check_broker, redis_url
 
         check_broker(redis_url())
-    # a directory this command creates is removed again when the ingest fails before writing anything
-    new_dir = None if _engine_name(args) == "opensearch" or _index_dir(args).exists() else _index_dir(args)
     engine = _open(args, must_exist=args.command == "update")
     code = 0
     try:
@@ -177,16 +174,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             summary.graph_built = summary.graph is not None
             summary.seconds = time.perf_counter() - t0  # the workers' jobs included
         note = _replaced_note(engine, args)
-    except BaseException:
-        try:
-            made_empty = new_dir if new_dir is not None and not engine.count() else None
-        except Exception:  # the error that brought us here matters; the directory stays
-            made_empty = None
+    finally:
         engine.close()
-        if made_empty is not None:
-            shutil.rmtree(made_empty, ignore_errors=True)
-        raise
-    engine.close()
     print("\n".join(summary.lines() + note))
     return code or (1 if summary.rejected and args.strict else 0)
 
