@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -80,5 +81,10 @@ def test_errors_are_one_line(opensearch_url, index) -> None:
     for url in ("localhost:9200", "http://h:abc"):
         out = run("stats", "--url", url)
         assert out.returncode == 2 and out.stderr.startswith(f"error: url: '{url}' is not an OpenSearch URL")
+    # an index whose template would be the query log's is not made (the default log's, here)
+    out = subprocess.run([EXE, "indices", "create", "queries", "--url", opensearch_url], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "HYBRIDSEARCH_QUERY_LOG_PREFIX": "hybridsearch-queries-"})
+    assert out.returncode == 2 and "'queries' would have the index template hybridsearch-queries" in out.stderr
+    assert OpenSearch(opensearch_url).indices.get(index="queries-v*", params={"expand_wildcards": "all"}) == {}
     out = run("stats", "--engine", "opensearch", "--index", "Bad Name")
     assert out.returncode == 2 and "index: 'Bad Name' is not a valid logical index name" in out.stderr

@@ -257,15 +257,16 @@ def test_a_closed_log_is_freed(demo_copy) -> None:
 
 
 def test_logical_index_names_stay_clear_of_the_query_log(monkeypatch) -> None:
-    """A logical index may not be named like the query log's indices, nor have its index template
-    (`hybridsearch-<name>`); other names that merely share the log's first letters are fine."""
-    from hybridsearch.engines.opensearch.engine import check_index_name
+    """A logical index may not be named like the query log's indices, nor be made with its index
+    template (`hybridsearch-<name>`); other names that merely share the log's first letters are fine."""
+    from hybridsearch.engines.opensearch.engine import check_index_name, check_new_index_name
     from hybridsearch.errors import ConfigError
 
     monkeypatch.setenv("HYBRIDSEARCH_QUERY_LOG_PREFIX", "hybridsearch-queries-")
     with pytest.raises(ConfigError, match="'queries' would have the index template hybridsearch-queries, which is "
                                           "the query log's"):
-        check_index_name("queries")
+        check_new_index_name("queries")
+    assert check_index_name("queries") == "queries"  # one made before the rule still opens
     for name in ("hybridsearch-queries", "hybridsearch-queries-2026.01.01"):
         with pytest.raises(ConfigError, match="is not a valid logical index name"):
             check_index_name(name)

@@ -63,7 +63,6 @@ class JournalEntry:
     label: int
 
 
-
 @contextmanager
 def write_transaction(conn: sqlite3.Connection, lock: AbstractContextManager[Any]) -> Iterator[sqlite3.Connection]:
     """One write transaction on `conn` (opened with isolation_level=None) under `lock`, which the
@@ -78,6 +77,7 @@ def write_transaction(conn: sqlite3.Connection, lock: AbstractContextManager[Any
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
 
 class Store:
     """Writes go through one connection (`conn`), one transaction at a time; reads go through a

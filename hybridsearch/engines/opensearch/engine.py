@@ -215,19 +215,24 @@ def cluster_lock(client: opensearchpy.OpenSearch, errors: Callable[[str], Abstra
 
 
 def check_index_name(name: str, field: str = "index") -> str:
-    """A logical index name: lower case, not a version name, not an alias, query-log or lock name,
-    and not one whose index template would be the query log's (`field` names the option or
-    parameter in the error)."""
+    """A logical index name: lower case, not a version name, not an alias, query-log or lock name
+    (`field` names the option or parameter in the error)."""
     prefix = get_settings().query_log_prefix
     log = Q.query_log_name(prefix)
     if (not _NAME.match(name) or re.search(r"-v\d+$", name) or name.endswith("-write")
             or name.startswith(prefix) or name in (log, LOCK_INDEX)):
         raise ConfigError(f"{field}: {name!r} is not a valid logical index name (lower-case letters, digits, '-', "
                           f"'_', '.'; not ending in -v<N> or -write; not {log}, {prefix}* or {LOCK_INDEX})")
-    if f"hybridsearch-{name}" == log:
-        raise ConfigError(f"{field}: {name!r} would have the index template {log}, which is the query log's "
-                          "(HYBRIDSEARCH_QUERY_LOG_PREFIX); choose another name")
     return name
+
+
+def check_new_index_name(name: str) -> None:
+    """A logical index about to be made: its index template (`hybridsearch-<name>`) must not be the
+    query log's. (One made before this rule keeps working: it is refused only at creation.)"""
+    log = Q.query_log_name(get_settings().query_log_prefix)
+    if f"hybridsearch-{name}" == log:
+        raise ConfigError(f"index: {name!r} would have the index template {log}, which is the query log's "
+                          "(HYBRIDSEARCH_QUERY_LOG_PREFIX); choose another name")
 
 
 def make_client(url: str, settings: Settings) -> opensearchpy.OpenSearch:
@@ -323,6 +328,7 @@ class OpenSearchEngine:
                                   "alias; choose another --index")
             from hybridsearch.engines.opensearch.admin import apply_chunk_templates
 
+            check_new_index_name(self.index)
             apply_chunk_templates(self.client, self.index, self.knn_engine)
             first, made = f"{self.index}-v1", False
             if not self.client.indices.exists(index=first):
