@@ -442,7 +442,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         index_dir = _existing_index_dir(args).resolve()
         spec = {"target": str(index_dir), "index": index_dir.name, "options": {}}
-    _check_listen(args.host, args.port)
+    _check_listen(args.host, args.port, args.workers)
     print(f"serving {spec['index']} on http://{args.host}:{args.port} ({args.workers} worker(s)); ready when "
           f"/readyz answers 200", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="hybridsearch-serve-") as shared:  # the workers' rate limits
@@ -454,20 +454,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_listen(host: str, port: int) -> None:
+def _check_listen(host: str, port: int, workers: int = 1) -> None:
     """One error line now if the server could not listen on host:port (a port in use, an address
-    not of this machine), rather than uvicorn's own, after the start-up. Every address the host
-    name resolves to is tried, as the server binds them all (`localhost`: 127.0.0.1 and ::1). A port
-    taken between this check and the server's bind still gets uvicorn's."""
+    not of this machine), rather than uvicorn's own, after the start-up. Binds as the server will:
+    one worker binds every address the host name resolves to (`localhost`: 127.0.0.1 and ::1), but
+    those of a family this machine lacks, as asyncio does; several workers share one socket that
+    uvicorn binds itself, IPv6 only for an address with a colon. A port taken between this check
+    and the server's bind still gets uvicorn's."""
     import errno
     import socket
 
     try:
-        for family, kind, proto, _, addr in dict.fromkeys(socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
-            with socket.socket(family, kind, proto) as sock:
+        addresses: list[tuple[Any, ...]]
+        if workers > 1:
+            addresses = [(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, 0, "", (host, port))]
+        else:
+            addresses = list(dict.fromkeys(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)))
+        for family, kind, proto, _, addr in addresses:
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # no such family here (IPv6 turned off): the server skips it too
+                if len(addresses) > 1:
+                    continue
+                raise
+            with sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-                if family == socket.AF_INET6:
+                if family == socket.AF_INET6 and workers == 1:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as asyncio binds
                 sock.bind(addr)
     except socket.gaierror as e:

@@ -307,6 +307,23 @@ def test_serve_tries_every_address_its_host_name_has(monkeypatch) -> None:
             _check_listen("dual.example", port)
         monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: both[:1])
         _check_listen("dual.example", port)  # 127.0.0.1 alone is free
+        monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: both)
+        # several workers share one socket that uvicorn binds itself: IPv4 for a name without a colon
+        _check_listen("127.0.0.1", port, workers=2)
+        with pytest.raises(HybridSearchError, match="is in use"):
+            _check_listen("::1", port, workers=2)
+    # a machine without IPv6: the server skips ::1, and so does the check
+    import errno
+
+    real = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: object, **kwargs: object) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    _check_listen("dual.example", port)
 
 
 @pytest.mark.integration
