@@ -685,8 +685,9 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
     try:
         got = import_saved_objects(args.url, corpus_index=args.corpus_index, username=s.opensearch_username,
                                    password=password, tenant=args.tenant)
-    except ConfigError as e:  # the options by their names on the command line
-        for param, option in (("corpus_index: ", "--corpus-index: "), ("tenant: ", "--tenant: ")):
+    except ConfigError as e:  # the options by their names on the command line, where they were given
+        corpus = "--corpus-index: " if args.corpus_index is not None else "HYBRIDSEARCH_OPENSEARCH_INDEX: "
+        for param, option in (("corpus_index: ", corpus), ("tenant: ", "--tenant: ")):
             if str(e).startswith(param):
                 raise ConfigError(option + str(e).removeprefix(param)) from e
         raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,12 +19,13 @@ from hybridsearch.config import get_settings
 from hybridsearch.embeddings import Encoder
 from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, check_lexicon, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store
-from hybridsearch.errors import IndexNotFoundError, UnsupportedCapabilityError, ValidationError
+from hybridsearch.errors import HybridSearchError, IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
 from indexer.graph import update_graph
 from indexer.loaders import Loader, LoadReport, detect_loader
 
+_log = logging.getLogger("hybridsearch.ingest")
 BATCH = 1024
 
 
@@ -135,7 +137,10 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     # every chunk of the index analysed and HDC-encoded again by this run: it is up to date with
     # this version's analysis rules, whichever an older version made it with
     if hdc_encoder is not None and engine.count() == len(chunks) and engine.get_meta("analysis") != ANALYSIS_RULES:
-        engine.set_meta("analysis", ANALYSIS_RULES)
+        try:
+            engine.set_meta("analysis", ANALYSIS_RULES)
+        except HybridSearchError as e:  # the documents are in: this is a note on them, not the work
+            _log.warning("could not record the analysis rules of the index (a later full ingest will): %s", e)
     if graph and isinstance(engine, GraphStore):
         summary.graph, summary.graph_built = update_graph(engine)
     summary.seconds = time.perf_counter() - start

@@ -470,6 +470,11 @@ def test_tenant_goes_in_the_securitytenant_header(fake_dashboards: str) -> None:
                              text=True, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith(f"error: {option}") and "Traceback" not in out.stderr, (
             out.stderr)
+    # a bad default names where it came from, not an option that was not given
+    out = subprocess.run([EXE, "dashboards", "import", "--url", fake_dashboards], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "HYBRIDSEARCH_OPENSEARCH_INDEX": "Papers"})
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: HYBRIDSEARCH_OPENSEARCH_INDEX: 'Papers' is not a valid"), out.stderr
     assert len(_Dashboards.seen) == seen  # nothing sent
 
 

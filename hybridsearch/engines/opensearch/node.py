@@ -367,15 +367,18 @@ def _proc_args(pid: int) -> list[str]:
 def process_exists(pid: int) -> bool:
     """True unless the process is gone: not alive by /proc (pid_alive), and not answering a signal 0
     either (/proc mounted with hidepid hides other users' processes, which still run)."""
-    if pid_alive(pid):
-        return True
+    return pid_alive(pid) or (_signal_reaches(pid) and _proc_state(pid) not in ("Z", "X"))  # a zombie is gone
+
+
+def _signal_reaches(pid: int) -> bool:
+    """Whether signal 0 reaches the process (another user's too; a zombie too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return _proc_state(pid) not in ("Z", "X")  # a zombie is gone, though signals reach it
+    return True
 
 
 def pid_alive(pid: int) -> bool:
@@ -392,13 +395,7 @@ def pid_alive(pid: int) -> bool:
         except OSError:
             return False
         return any(_proc_state_of(f"/proc/{pid}/task/{t}/stat") not in (None, "Z", "X") for t in tasks)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return _signal_reaches(pid)
 
 
 def _free_port(avoid: set[int] | None = None) -> int:
