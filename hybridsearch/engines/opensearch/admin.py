@@ -394,7 +394,7 @@ class Admin:
             out["warnings"].append(f"the write alias {name}-write is not on the live version {live.index}")
         with self.errors("read the mapping"):
             got = self.client.indices.get_mapping(index=live.index)[live.index]["mappings"]
-        stale = stale_analysis(Q.analysis_rules(Q.hybridsearch_meta(got)), "tokens and HDC codes",
+        stale = stale_analysis(Q.meta_value(Q.hybridsearch_meta(got), "analysis"), "tokens and HDC codes",
                                f"the live version {live.index}")
         if stale and st.documents:
             out["warnings"].append(stale)

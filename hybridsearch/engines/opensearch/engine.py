@@ -359,7 +359,7 @@ class OpenSearchEngine:
             meta = self._index_meta() if meta is None else meta
             where = f"index {self.index!r} at {self.url}"
             check_lexicon(meta.get("lexicon"), self.analyzer, where)
-            stale = stale_analysis(Q.analysis_rules(meta), "tokens and HDC codes", where)
+            stale = stale_analysis(Q.meta_value(meta, "analysis"), "tokens and HDC codes", where)
             if stale and self.count():
                 _log.warning("%s", stale)
             self._analysis_checked = True
@@ -487,7 +487,7 @@ class OpenSearchEngine:
             if vecs is None and o.get("dense_hash") == h and o.get("dense") is not None:
                 kept[d.id]["dense"] = o["dense"]
         graphless = {d.work_id for d in docs if "graph" not in kept[d.id]}
-        graphs = self._work_graphs(graphless) if graphless and self._index_meta().get("meta", {}).get("graph") else {}
+        graphs = self._work_graphs(graphless) if graphless and Q.meta_value(self._index_meta(), "graph") else {}
         for d in docs:
             if "graph" not in kept[d.id] and d.work_id in graphs:
                 kept[d.id]["graph"] = graphs[d.work_id]
@@ -793,7 +793,7 @@ class OpenSearchEngine:
     def get_meta(self, key: str) -> Any:
         if not self.exists():
             return None
-        return self._index_meta().get("meta", {}).get(key)
+        return Q.meta_value(self._index_meta(), key)
 
     def set_meta(self, key: str, value: Any) -> None:
         """Store `value` under `key` in the index's `_meta`. A mapping update replaces the whole
@@ -809,7 +809,7 @@ class OpenSearchEngine:
     def stats(self) -> EngineStats:
         index, meta = self._ours("stats")
         _, knn_engine, space_type = self._dense_method(index)
-        graph = GraphSummary.of(meta.get("meta", {}).get("graph"))
+        graph = GraphSummary.of(Q.meta_value(meta, "graph"))
         with self._errors("stats"):
             st = self.client.indices.stats(index=index, metric="docs,store")["indices"][index]["primaries"]
         return EngineStats(self.count(), self._count({"exists": {"field": "dense"}}),

@@ -72,8 +72,8 @@ def index_template(index: str, knn_engine: KnnEngine) -> dict[str, Any]:
 
 def query_log_name(prefix: str) -> str:
     """The name of the query log whose daily indices are `<prefix>YYYY.MM.DD`: the prefix without its
-    trailing separator (`hybridsearch-queries`). Its template has this name, and no logical index
-    may start with it."""
+    trailing separators (`hybridsearch-queries`). Its template and ISM policy take this name, and no
+    logical index may have it (check_index_name)."""
     return prefix.rstrip("-_.")
 
 
@@ -344,12 +344,12 @@ def hybridsearch_meta(mappings: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def analysis_rules(meta: Mapping[str, Any]) -> Any:
-    """The analysis rules a version's tokens and HDC codes were made with, from its hybridsearch
-    `_meta`: those an ingest that rewrote every chunk recorded (`set_meta("analysis")`), else those
-    the version was created with (None before versions recorded them)."""
-    recorded = (meta.get("meta") or {}).get("analysis")
-    return recorded if recorded is not None else meta.get("analysis")
+def meta_value(meta: Mapping[str, Any], key: str) -> Any:
+    """The value of `key` in a version's hybridsearch `_meta` (None when absent): the one `set_meta`
+    wrote (under `meta`), else the version's own record made with it (its `lexicon` and `analysis`
+    rules; an ingest that rewrote every chunk records newer rules with `set_meta`)."""
+    stored = (meta.get("meta") or {}).get(key)
+    return stored if stored is not None else meta.get(key)
 
 
 def dense_method(mappings: Mapping[str, Any]) -> tuple[str | None, str | None]:
