@@ -37,13 +37,12 @@ from _common import cleanup, dataset_dir, node_version, positive_int, run_main  
 
 from hybridsearch.config import Settings, get_settings  # noqa: E402
 from hybridsearch.embeddings import default_encoder  # noqa: E402
-from hybridsearch.engines.opensearch import queries as Q  # noqa: E402
 from hybridsearch.engines.opensearch.admin import Admin  # noqa: E402
 from hybridsearch.metrics import percentile  # noqa: E402
 from indexer.loaders import load_queries  # noqa: E402
 from query_service.evaluate import prepare_index  # noqa: E402
 from query_service.parity import copy_corpus  # noqa: E402
-from query_service.querylog import OpenSearchSink, QueryLog  # noqa: E402
+from query_service.querylog import OpenSearchSink, QueryLog, delete_log  # noqa: E402
 from query_service.searcher import Searcher, get_profile  # noqa: E402
 
 
@@ -99,16 +98,9 @@ class Run:
                     lambda: client.snapshot.delete_repository(repository=self.repo, ignore=404))
         cleanup(f"delete index {self.name}",
                 lambda: any(ix.name == self.name for ix in admin.indices()) and admin.delete(self.name))
-        cleanup(f"delete the query-log indices {self.log_prefix}*", self._delete_log_indices)
-        cleanup(f"delete the query-log template {Q.query_log_name(self.log_prefix)}",
-                lambda: client.indices.delete_index_template(name=Q.query_log_name(self.log_prefix), ignore=404))
+        cleanup(f"delete the query log {self.log_prefix}* (its indices and template)",
+                lambda: delete_log(client, self.log_prefix))
         cleanup("close the OpenSearch client", admin.close)
-
-    def _delete_log_indices(self) -> None:
-        client = self.admin.client
-        names = list(client.indices.get(index=f"{self.log_prefix}*", params={"expand_wildcards": "all"}))
-        for i in range(0, len(names), 50):
-            client.indices.delete(index=",".join(names[i:i + 50]))
 
 
 def bench(ds: Path, nq: int, run: Run, log_settings: Settings) -> None:

@@ -359,9 +359,24 @@ def prune_indices(client: Any, older_than: dt.timedelta, prefix: str, now: dt.da
         day = _day(name[len(prefix):], "%Y.%m.%d")
         if day is not None and day + dt.timedelta(days=1) <= cutoff:
             doomed.append(name)
-    for i in range(0, len(doomed), 50):
-        client.indices.delete(index=",".join(doomed[i:i + 50]))
+    _delete_indices(client, doomed)
     return doomed
+
+
+def delete_log(client: Any, prefix: str) -> None:
+    """Delete the query log `<prefix>*` whole: its daily indices, its index template and its ISM
+    policy (what a test session or a benchmark leaves that logged under a prefix of its own)."""
+    from hybridsearch.engines.opensearch import queries as Q
+
+    _delete_indices(client, sorted(client.indices.get(index=f"{prefix}*", params={"expand_wildcards": "all"})))
+    client.indices.delete_index_template(name=Q.query_log_name(prefix), ignore=404)
+    client.transport.perform_request("DELETE", f"/_plugins/_ism/policies/{Q.query_log_policy(prefix)[0]}",
+                                     params={"ignore": [400, 404]})  # 400: no index-management plugin
+
+
+def _delete_indices(client: Any, names: list[str]) -> None:
+    for i in range(0, len(names), 50):  # a request line holds some 50 names comfortably
+        client.indices.delete(index=",".join(names[i:i + 50]))
 
 
 def _day(text: str, fmt: str) -> dt.datetime | None:

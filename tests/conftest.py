@@ -59,17 +59,12 @@ def _session_query_log() -> Iterator[None]:
     settings = get_settings()
     if not settings.opensearch_url:
         return
-    from hybridsearch.engines.opensearch import queries as Q
     from hybridsearch.engines.opensearch.engine import make_client
+    from query_service.querylog import delete_log
 
     client = make_client(settings.opensearch_url, settings)
     try:
-        names = list(client.indices.get(index=f"{QUERY_LOG_PREFIX}*", params={"expand_wildcards": "all"}))
-        for i in range(0, len(names), 50):
-            client.indices.delete(index=",".join(names[i:i + 50]))
-        client.indices.delete_index_template(name=Q.query_log_template(QUERY_LOG_PREFIX)[0], ignore=404)
-        client.transport.perform_request("DELETE", f"/_plugins/_ism/policies/{Q.query_log_policy(QUERY_LOG_PREFIX)[0]}",
-                                         params={"ignore": [400, 404]})
+        delete_log(client, QUERY_LOG_PREFIX)
     finally:
         client.close()
 
