@@ -8,8 +8,9 @@ prereq follows what the seeds cite; related follows co-citation and what cites t
 survey both directions of citation; lookup and compare every link. Chunks of reached works that
 are not yet candidates join (at most `max_new`), if they pass the query's filters, licence
 included: a document the caller may not see is never reached. Nor does it link what the caller
-sees: with a licence filter, a work citing a seed counts only if the caller may see it, and
-co-citation only through such works (the stored lists are built from every work's citations)."""
+sees, or count it: with a licence filter, only works the caller may see are followed (cited,
+citing or co-cited), and co-citation counts only through citing works it may see (the stored
+lists are built from every work's citations)."""
 
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     t0 = time.perf_counter()
     strength = cands.strongest(config.seeds, config.seed_ratio)
     neighbors = engine.neighbors(list(strength))
-    if filters is not None and filters.license and {"cited_by", "cocited"} & set(directions):
-        neighbors = _as_seen(engine, neighbors, Filters(license=filters.license))
+    if filters is not None and filters.license:
+        neighbors = _as_seen(engine, neighbors, Filters(license=filters.license), directions)
     reached: dict[str, float] = {}  # work id -> summed seed strength
     for seed, nb in neighbors.items():
         works = {w for d in directions for w in getattr(nb, d)[:config.fan_out]}
@@ -86,27 +87,32 @@ def expand(cands: Candidates, intent: str, engine: Any, filters: Filters | None,
     return cands.replace(items, citation=citation, seeds=list(strength)), diag
 
 
-def _as_seen(engine: Any, neighbors: dict[str, Neighbors], licences: Filters) -> dict[str, Neighbors]:
-    """The seeds' incoming links as a caller limited to some licences may see them: the works
-    citing a seed that the caller may see, and the works co-cited with it by one of those (the
-    stored order, most shared citers first, kept among equals). Unchanged, after one request,
-    when the caller may see every citing work."""
-    citers = sorted({w for nb in neighbors.values() for w in nb.cited_by})
-    if not citers:
-        return neighbors  # nothing cites a seed: no co-citation either
-    chunks = engine.work_chunks(citers, licences)  # in id order
-    seen: dict[str, str] = {}  # visible citing work -> its first chunk
+def _as_seen(engine: Any, neighbors: dict[str, Neighbors], licences: Filters,
+             directions: tuple[str, ...]) -> dict[str, Neighbors]:
+    """The seeds' links in `directions` as a caller limited to some licences may see them: only
+    works it may see, so that a hidden work neither takes a `fan_out` place nor counts among the
+    works reached; and co-citation only through citing works it may see (the stored order, most
+    shared citers first, kept among equals). Unchanged, after one request, when the caller may see
+    every linked work."""
+    linked = sorted({w for nb in neighbors.values() for d in directions for w in getattr(nb, d)}
+                    | ({w for nb in neighbors.values() for w in nb.cited_by} if "cocited" in directions else set()))
+    if not linked:
+        return neighbors
+    chunks = engine.work_chunks(linked, licences)  # in id order
+    seen: dict[str, str] = {}  # visible linked work -> its first chunk
     for chunk, info in chunks.items():
         seen.setdefault(info.work_id, chunk)
-    if len(seen) == len(citers):
+    if len(seen) == len(linked):
         return neighbors
-    cites = {chunks[c].work_id: nb.cites for c, nb in engine.neighbors(list(seen.values())).items()}
+    citers = sorted({w for nb in neighbors.values() for w in nb.cited_by if w in seen})
+    cites = {chunks[c].work_id: nb.cites for c, nb in engine.neighbors([seen[w] for w in citers]).items()
+             } if citers and "cocited" in directions else {}
     out = {}
     for seed, nb in neighbors.items():
         by = tuple(w for w in nb.cited_by if w in seen)
-        shared = {w: sum(w in cites.get(c, ()) for c in by) for w in nb.cocited}
-        cocited = tuple(sorted((w for w in nb.cocited if shared[w]), key=lambda w: -shared[w]))
-        out[seed] = Neighbors(nb.cites, by, cocited, nb.pagerank, nb.authority)
+        shared = {w: sum(w in cites.get(c, ()) for c in by) for w in nb.cocited if w in seen}
+        cocited = tuple(sorted((w for w in shared if shared[w]), key=lambda w: -shared[w]))
+        out[seed] = Neighbors(tuple(w for w in nb.cites if w in seen), by, cocited, nb.pagerank, nb.authority)
     return out
 
 

@@ -254,6 +254,40 @@ def test_a_restricted_citer_never_links_what_the_caller_sees(tmp_path, encoder) 
             s.close()
 
 
+def test_a_restricted_cited_work_is_neither_followed_nor_counted(tmp_path, encoder) -> None:
+    """A (open) cites H (restricted) and Z (open). With one link followed per seed, a caller who may
+    not see H still reaches Z, and the works reached count Z alone (H's existence does not show)."""
+    from hybridsearch.models import Document
+    from indexer.graph import update_graph
+    from indexer.pipeline import embed_missing
+
+    docs = [Document(id="A", title="Brouwer fixed point theorem", license="CC-BY-4.0", cites=["H", "Z"],
+                     text="Every continuous map of a closed disk to itself has a fixed point."),
+            Document(id="H", title="Simplicial approximation", license="proprietary",
+                     text="Continuous maps between polyhedra are approximated by simplicial maps."),
+            Document(id="Z", title="Sperner's lemma", license="CC-BY-4.0",
+                     text="Every Sperner colouring of a triangulated simplex has a fully coloured cell.")]
+    prof = get_profile("hybrid")
+    prof = prof.model_copy(update={"citation": prof.citation.model_copy(update={"fan_out": 1})})
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        engine.write(docs)
+        embed_missing(engine, encoder, progress=False)
+        update_graph(engine)
+        assert engine.neighbors(["A"])["A"].cites == ("H", "Z")
+        s = Searcher(engine, encoder=encoder)
+        try:
+            query = "Brouwer fixed point theorem"
+            seen = s.search(query, prof, k=10, rights={"open"}, intent="prereq")
+            assert seen.diagnostics["stages"]["expand"]["works"] == 1
+            assert {h.id: h.components["citation"] for h in seen.hits}["Z"] > 0
+            assert "H" not in {h.id for h in seen.hits}
+            full = s.search(query, prof, k=10, rights={"open", "restricted"}, intent="prereq")
+            assert full.diagnostics["stages"]["expand"]["works"] == 1  # fan_out 1: H alone
+            assert {h.id: h.components["citation"] for h in full.hits}["H"] > 0
+        finally:
+            s.close()
+
+
 def test_restricted_never_reaches_evidence(restricted) -> None:
     res = restricted.search(PREREQ, _evidence_profile(), k=20, rights={"open"})
     assert res.evidence is not None and res.evidence.items
