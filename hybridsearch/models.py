@@ -311,8 +311,9 @@ Bm25Mode = Literal["most_fields", "best_fields"]
 
 
 def validate_record(model: type[BaseModel], data: Any, *, source: str | None = None,
-                    line: int | None = None) -> Any:
-    """Validate one record, turning pydantic's error into ours (record, field, line)."""
+                    line: int | None = None, strict: bool = False) -> Any:
+    """Validate one record, turning pydantic's error into ours (record, field, line); `strict`
+    converts no value (no `true` for 1, no "3" for 3)."""
     if not isinstance(data, Mapping):
         raise ValidationError(f"expected a JSON object, got {type(data).__name__}",
                               source=source, line=line)
@@ -323,11 +324,11 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
         raise ValidationError(str(e), source=source, line=line,
                               record=str(record) if isinstance(record, str | int) else None) from None
     try:
-        obj = model.model_validate(data)
+        obj = model.model_validate(data, strict=strict or None)  # None: the model's own setting
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         raise ValidationError(msg, field=field, source=source, line=line,

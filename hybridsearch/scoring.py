@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 from hybridsearch.analysis import Analyzer
+from hybridsearch.errors import QueryError
 from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document
 
 # An empty scored field is indexed as this one token on both engines, so that every document has
@@ -75,6 +76,9 @@ def rescore_bm25(terms: Sequence[tuple[str, float]], fields: Mapping[str, float]
         if per_field:
             best = max(per_field)
             out[id_] = best + tie_breaker * (sum(per_field) - best) if mode == "best_fields" else sum(per_field)
+    if not all(math.isfinite(s) for s in out.values()):  # a NaN would fail `s > 0` and drop the best hits
+        raise QueryError("these BM25 parameters make a score overflow (not a finite number); use smaller values "
+                         "(bm25.k1, field weights)")
     return top_k([(i, s) for i, s in out.items() if s > 0], k)
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hybridsearch.errors import QueryError
 from hybridsearch.models import RankedList
@@ -58,7 +58,8 @@ def _check_weights(v: dict[str, float]) -> dict[str, float]:
 
 class RrfConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rrf_k: int = Field(default=60, ge=0, description="0 = adaptive: 60 x longest list / 1000, at least 1")
+    rrf_k: int = Field(default=60, ge=0, le=1_000_000, description="0 = adaptive: 60 x longest list / 1000, at least 1 "
+                       "(at most a million: past it 1 / (rrf_k + rank) no longer tells neighbouring ranks apart)")
     weights: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("weights")
@@ -114,6 +115,16 @@ class AgreementConfig(BaseModel):
     primary_weight: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)  # finite: no NaN/inf
     secondary_weight: float = Field(default=0.7, ge=0.0, allow_inf_nan=False)
     bonus: float = Field(default=0.15, ge=0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _weights(self) -> AgreementConfig:
+        if self.primary_weight == 0 and self.secondary_weight == 0:
+            raise ValueError("primary_weight and secondary_weight are both 0, so every score would be the bonus or 0 "
+                             "(ranked by id); give one a weight above 0")
+        if not math.isfinite(self.primary_weight + self.secondary_weight + self.bonus):
+            raise ValueError("primary_weight + secondary_weight + bonus is more than a float holds (the score "
+                             "ceiling min_score and gap divide by)")
+        return self
 
 
 class AgreementFuser:

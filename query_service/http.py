@@ -11,6 +11,7 @@ loop; the model is loaded once per process, before the service says it is ready.
 from __future__ import annotations
 
 import gc
+import json
 import math
 import sqlite3
 import tempfile
@@ -21,14 +22,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
 from starlette.exceptions import HTTPException
 
 from hybridsearch import plugins
@@ -49,6 +50,20 @@ class RequestFilters(BaseModel):
     sources: list[str] | None = Field(default=None, max_length=100)
 
 
+def _override(value: Any) -> Any:
+    """An override's value as JSON gives it: a finite number, true or false, a string, or an object of
+    finite numbers (`fuser.weights`); the profile then checks it against the parameter's type."""
+    def number(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+    if isinstance(value, bool | str) or number(value):
+        return value
+    if isinstance(value, dict) and all(isinstance(k, str) and number(x) for k, x in value.items()):
+        return value
+    raise ValueError("a finite number, true or false, a string, or an object of finite numbers (fuser.weights); "
+                     f"got {json.dumps(value)[:80]}")
+
+
 class RetrieveRequest(BaseModel):
     """What to retrieve. `overrides` are profile parameters (`max_results`, `min_score`, `gap`,
     `<channel>.k`, `fuser.<param>`), as `--set` takes them."""
@@ -59,8 +74,15 @@ class RetrieveRequest(BaseModel):
     mode: Mode | None = None
     profile: str = Field(default="hybrid", min_length=1, max_length=200)
     index: str | None = Field(default=None, description="the served index (default: the only one)")
-    k: int | None = Field(default=None, ge=1, le=10_000)
-    overrides: dict[str, float | int | bool | str] = Field(default_factory=dict, max_length=50)
+    k: StrictInt | None = Field(default=None, ge=1, le=10_000)  # never true, "5" or 1e3
+    overrides: dict[str, Annotated[Any, AfterValidator(_override)]] = Field(default_factory=dict, max_length=50)
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("query text is empty")
+        return v
 
 
 class ChannelView(BaseModel):
@@ -262,7 +284,8 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"field": "body", "message": f"{e['msg']} at character offset {e['loc'][-1]}: {e['ctx']['error']}"}
                   if e["type"] == "json_invalid" else  # its loc ends in the offset, not a field
-                  {"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body", "message": e["msg"]}
+                  {"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body",
+                   "message": e["msg"].removeprefix("Value error, ")}
                   for e in exc.errors()]
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         return problem(422, "Unprocessable Content", f"{first['field']}: {first['message']}", errors=errors)
@@ -379,8 +402,10 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         raise Refused(problem(503, "Service Unavailable", str(e))) from e
     except HybridSearchError as e:  # a bad profile, override or filter value
         field = getattr(e, "field", None) or "body"
-        if body.overrides and field in body.overrides:
+        if body.overrides and field in body.overrides:  # named where it lies in the body
             field = f"overrides.{field}"
+        elif f is not None and field in RequestFilters.model_fields:
+            field = f"filters.{field}"
         raise Refused(problem(422, "Unprocessable Content", str(e),
                               errors=[{"field": field, "message": str(e)}])) from e
     state.latency.observe(time.perf_counter() - start)

@@ -140,23 +140,24 @@ class Profile(BaseModel):
                          "symbolic.<param>"] + [f"{c}.<param>" for c in data["channels"]]
                 raise ValidationError(f"unknown parameter; valid: {', '.join(valid)}", field=key)
         try:
-            prof: Profile = validate_record(Profile, data)
+            prof: Profile = validate_record(Profile, data, strict=True)
         except ValidationError as e:
             param = (e.field or "").removeprefix("channels.")  # a profile keeps `<channel>.k` under channels
             if param != e.field and param in overrides:
                 raise ValidationError(e.message, field=param) from None  # named as it was given
             raise
-        prof.check_plugins()
+        prof.check_plugins(strict=True)
         return prof
 
-    def check_plugins(self) -> None:
-        """Validate channel and fuser configs against the plugins' Config models now, not mid-search."""
+    def check_plugins(self, *, strict: bool = False) -> None:
+        """Validate channel and fuser configs against the plugins' Config models now, not mid-search
+        (`strict`: no value converted, as for request-time overrides: `true` is not 1, nor "3" 3)."""
         from hybridsearch import plugins
 
         for name, spec in self.channels.items():
-            _validate_config(plugins.load("channels", name), spec.config, name)
+            _validate_config(plugins.load("channels", name), spec.config, name, strict)
         if len(self.channels) > 1 or self.escalation is not None:
-            _validate_config(plugins.load("fusers", self.fuser), self.fuser_config, "fuser")
+            _validate_config(plugins.load("fusers", self.fuser), self.fuser_config, "fuser", strict)
             # channel names the fuser is given must be this profile's (else a weight is silently lost)
             known = set(self.channels) | ({self.escalation.channel} if self.escalation is not None else set())
             named = {f"fuser.{key}": [value] if isinstance(value, str) else list(value)
@@ -173,7 +174,7 @@ class Profile(BaseModel):
                 raise ValidationError("every channel's weight is 0, so every score would be 0 (ranked by id); "
                                       "give one a weight above 0", field="fuser.weights")
         if self.reranker is not None:
-            _validate_config(plugins.load("rerankers", self.reranker), self.reranker_config, "reranker")
+            _validate_config(plugins.load("rerankers", self.reranker), self.reranker_config, "reranker", strict)
 
     @classmethod
     def from_yaml(cls, path: Path) -> Profile:
@@ -192,13 +193,13 @@ class Profile(BaseModel):
         return result
 
 
-def _validate_config(plugin: Any, config: Mapping[str, Any], prefix: str) -> None:
+def _validate_config(plugin: Any, config: Mapping[str, Any], prefix: str, strict: bool) -> None:
     try:
-        plugin.Config(**config)
+        plugin.Config.model_validate(dict(config), strict=strict or None)  # None: the model's own setting
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         field = ".".join([prefix, *(str(p) for p in err["loc"])])
-        raise ValidationError(err["msg"], field=field) from None
+        raise ValidationError(err["msg"].removeprefix("Value error, "), field=field) from None
 
 
 def _single(name: str, channel: str, description: str, **config: Any) -> Profile:

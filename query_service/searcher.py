@@ -282,6 +282,7 @@ class Searcher:
         if (prof.min_score > 0 or prof.gap > 0) and cands.items:
             t = time.perf_counter()
             ceiling = fuser.max_score(lists) if fuser is not None else cands.items[0].score
+            _check_finite([ceiling], "fused")  # the highest attainable: every score / inf would be 0
             cands = cands.keep(prune(cands.scores, ceiling=ceiling, min_score=prof.min_score, gap=prof.gap))
             stages["prune"] = {"ms": _ms(t), "hits": len(cands), "min_score": prof.min_score, "gap": prof.gap}
         fused_count = len(cands)

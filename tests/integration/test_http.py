@@ -129,6 +129,20 @@ def test_status_codes(service) -> None:
         (k["all"], {"query": "x", "profile": "semantic", "overrides": {"fuser.rrf_k": -1}}, 422,
          "one channel and so no fuser"),
         (k["all"], {"query": "x", "profile": "lexical", "overrides": {"bm25.k1": 1e308}}, 422, "overflow"),
+        # in `hybrid` the rescored BM25 scores were NaN, dropped without a word with the best hits
+        (k["all"], {"query": "Brouwer fixed point theorem", "overrides": {"bm25.k1": 1e308}}, 422, "overflow"),
+        (k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {
+            "fuser.primary_weight": 1e308, "fuser.secondary_weight": 1e308}}, 422, "more than a float holds"),
+        (k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {
+            "fuser.primary_weight": 0, "fuser.secondary_weight": 0}}, 422, "both 0"),
+        (k["all"], {"query": "x", "profile": "khive", "overrides": {"fuser.rrf_k": 1e30}}, 422, "fuser.rrf_k"),
+        (k["all"], {"query": "x", "k": True}, 422, "k: Input should be a valid integer"),
+        (k["all"], {"query": "x", "k": "5"}, 422, "k: Input should be a valid integer"),
+        (k["all"], {"query": "x", "overrides": {"min_score": True}}, 422, "field 'min_score': Input should be a valid number"),
+        (k["all"], {"query": "x", "overrides": {"max_results": "3"}}, 422, "field 'max_results'"),
+        (k["all"], {"query": "x", "overrides": {"bm25.k": None}}, 422, "overrides.bm25.k: a finite number"),
+        (k["all"], {"query": "   "}, 422, "query: query text is empty"),
+        (k["all"], {"query": "x", "filters": {"date_range": {"gte": "20x0"}}}, 422, "YYYY"),
         (k["all"], {"query": "x", "unknown": 1}, 422, "unknown"),
         (k["all"], {"query": "q" * 301}, 422, "query"),
         (k["all"], "{not json", 422, "body: JSON decode error at character offset 1"),
@@ -139,7 +153,17 @@ def test_status_codes(service) -> None:
         r = _post(service, key, body)
         assert r.status_code == status, (body if isinstance(body, str) else list(body), r.status_code, r.text)
         assert r.headers["content-type"].startswith("application/problem+json") and text in r.text, r.text
-    # a bad override is named where it lies in the body
+    # a bad filter and a bad override are named where they lie in the body
+    r = _post(service, k["all"], {"query": "x", "filters": {"date_range": {"gte": "2000", "lte": "1990"}}})
+    assert r.json()["errors"][0]["field"] == "filters.date_range", r.text
+    r = _post(service, k["all"], {"query": "x", "overrides": {"bm25.k": None}})
+    assert [e["field"] for e in r.json()["errors"]] == ["overrides.bm25.k"], r.text
+    # fuser.weights, an object, is an override a request can give
+    r = _post(service, k["all"], {"query": "Brouwer fixed point theorem", "k": 3,
+                                  "overrides": {"fuser.weights": {"bm25": 1, "dense": 0}}})
+    assert r.status_code == 200, r.text
+    channels = [set(c["channels"]) for c in r.json()["candidates"]]
+    assert channels and not any("dense" in c for c in channels) and any("bm25" in c for c in channels), channels
     for param, value in (("min_score", 1.5), ("bm25.k", 0)):
         r = _post(service, k["all"], {"query": "x", "profile": "kb-balanced", "overrides": {param: value}})
         assert r.status_code == 422 and r.json()["errors"][0]["field"] == f"overrides.{param}", r.text

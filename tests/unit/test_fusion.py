@@ -170,3 +170,29 @@ def test_rrf_ranks_equal_scores_by_id_not_by_list_position() -> None:
     b = RankedList.of("bm25", ["alpha", "zeta", "beta"], [1.0, 1.0, 1.0])
     fa, fb = (RrfFuser(RrfConfig()).fuse({"bm25": rl}, 3) for rl in (a, b))
     assert fa.ids == fb.ids == ["alpha", "beta", "zeta"]
+
+
+def test_degenerate_fuser_parameters_are_refused() -> None:
+    """All-zero agreement weights ranked by id; an overflowing ceiling emptied every search that
+    prunes (every score divided by inf is 0); an RRF constant of 1e30 made every score equal."""
+    from query_service.fusion import AgreementConfig
+
+    with pytest.raises(ValueError, match="both 0"):
+        AgreementConfig(primary_weight=0, secondary_weight=0)
+    with pytest.raises(ValueError, match="more than a float holds"):
+        AgreementConfig(primary_weight=1e308, secondary_weight=1e308)
+    with pytest.raises(ValueError, match="less than or equal to 1000000"):
+        RrfConfig(rrf_k=10**30)
+    assert AgreementConfig(primary_weight=0).secondary_weight == 0.7
+
+
+def test_rescored_bm25_that_overflows_is_an_error_not_a_dropped_hit() -> None:
+    from hybridsearch.errors import QueryError
+    from hybridsearch.scoring import rescore_bm25
+
+    # a's term frequency times k1 + 1 is inf, and so is its length norm: inf / inf is NaN
+    tokens = {"a": {"text": ["x"] * 40}, "b": {"text": ["x"]}}
+    args = ([("x", 1.0)], {"text": 1.0}, tokens, 2, {"text": 2.0}, lambda f, t: 2, 10, "most_fields", 0.2)
+    assert {i for i, _ in rescore_bm25(*args, k1=1.5, b=0.75)} == {"a", "b"}
+    with pytest.raises(QueryError, match="overflow"):
+        rescore_bm25(*args, k1=1e308, b=0.75)
