@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.engines import Engine, GraphStore, is_url, open_engine
-from hybridsearch.errors import IndexNotFoundError
-from hybridsearch.models import Filters, SearchResult
+from hybridsearch.errors import IndexNotFoundError, ValidationError
+from hybridsearch.models import Filters, SearchResult, validate_record
 
 
 class Handle:
@@ -28,7 +28,7 @@ class Handle:
 
         if self._searcher is None:
             self._searcher = Searcher(self.engine, query_log=open_query_log(self.engine), origin="api")
-        f = Filters.model_validate(filters, strict=False) if isinstance(filters, dict) else filters
+        f = validate_record(Filters, filters) if isinstance(filters, dict) else filters
         result: SearchResult = self._searcher.search(query, profile, k=k, filters=f,
                                                      with_documents=with_documents, overrides=overrides)
         return result
@@ -49,7 +49,7 @@ class Handle:
     def delete(self, ids: Sequence[str] = (), *, works: Sequence[str] = ()) -> list[str]:
         """Delete chunks by id and every chunk of `works`; returns the ids deleted. Searches in
         every process see it at once; the citation graph is rebuilt."""
-        return delete(self.engine, ids, works)[0]
+        return delete(self.engine, _names(ids, "ids"), _names(works, "works"))[0]
 
     def close(self) -> None:
         if self._searcher is not None:
@@ -61,6 +61,14 @@ class Handle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _names(value: Any, param: str) -> list[str]:
+    """Ids or work ids as a list: one string is refused (iterated, "12" would name "1" and "2")."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset) or not all(
+            isinstance(v, str) for v in value):
+        raise ValidationError(f"a list of ids (strings), e.g. delete(['12']); got {value!r:.80}", field=param)
+    return list(value)
 
 
 def delete(engine: Engine, ids: Sequence[str], works: Sequence[str]) -> tuple[list[str], list[str]]:

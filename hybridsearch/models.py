@@ -75,6 +75,13 @@ def _alias(*names: str) -> Any:
     return Field(default="", validation_alias=AliasChoices(*names))
 
 
+def _not_blank(v: str) -> str:
+    """A name or text that must hold something besides whitespace."""
+    if not v.strip():
+        raise ValueError("must not be blank")
+    return v
+
+
 class Document(_Model):
     """One indexable unit: a chunk of a work. A BEIR document is a work of one chunk."""
 
@@ -104,9 +111,7 @@ class Document(_Model):
     @field_validator("id")
     @classmethod
     def _id_not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return v
+        return _not_blank(v)
 
     @field_validator("metadata")
     @classmethod
@@ -172,6 +177,11 @@ class Query(_Model):
     text: str = Field(min_length=1)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, v: str) -> str:
+        return _not_blank(v)
+
     @field_validator("metadata")
     @classmethod
     def _metadata_finite(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -208,8 +218,8 @@ def _ym(value: str | int | None, *, lower: bool) -> int | None:
         raise ValidationError(f"expected YYYY or YYYY-MM, got {text!r}", field="date_range")
     if int(year_s) > 9999:
         raise ValidationError(f"year out of range in {text!r} (at most 9999, as documents' years)", field="date_range")
-    month = int(month_s) if month_s else (0 if lower else 12)
-    if not 0 <= month <= 12:
+    month = int(month_s) if month_s else (0 if lower else 12)  # 0: before January, for a whole year
+    if month_s and not 1 <= month <= 12:
         raise ValidationError(f"month out of range in {text!r}", field="date_range")
     return int(year_s) * 100 + month
 
@@ -346,6 +356,9 @@ def check_limits(doc: Document) -> None:
     reading stored documents)."""
     if len(doc.id.encode("utf-8")) > MAX_ID_BYTES:
         raise ValidationError(f"longer than {MAX_ID_BYTES} bytes (UTF-8)", field="id", record=doc.id[:40])
+    if not doc.work_id.strip():  # a work of its own, never one that every blank-named chunk shares
+        raise ValidationError("must not be blank (leave it out: a chunk is then a work of its own)", field="work_id",
+                              record=doc.id)
     for name in ("chunk_no", "page"):
         value = getattr(doc, name)
         if value is not None and value > INT32_MAX:

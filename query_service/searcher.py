@@ -107,7 +107,7 @@ def check_k(k: int) -> int:
     """A result count: a whole number between 1 and HYBRIDSEARCH_SEARCH_MAX_K, else one QueryError."""
     most = get_settings().search_max_k
     try:
-        n = operator.index(k)  # an int, numpy's included; never 2.5 or "5"
+        n = 0 if isinstance(k, bool) else operator.index(k)  # an int, numpy's included; never 2.5, "5" or True
     except TypeError:
         n = 0
     if not 1 <= n <= most:
@@ -202,7 +202,9 @@ class Searcher:
         floor and domain check, fuse, prune, expand (citation), symbolic expansion, rerank,
         diversity, then the explanation and the evidence pack. Each stage records its milliseconds
         and counts under diagnostics.stages."""
-        if not query or not query.strip():
+        if not isinstance(query, str):
+            raise QueryError(f"the query must be text (str), got {type(query).__name__}")
+        if not query.strip():
             raise QueryError("query text is empty")
         if self._closed:
             raise EngineUnavailableError("the searcher is closed")

@@ -25,6 +25,8 @@ def test_aliases_map_to_canonical_fields() -> None:
     ({"id": "a", "title": "x", "metadata": {"w": [1.0, float("inf")]}}, "metadata", "non-finite"),
     ({"id": "a", "title": "x", "metadata": {"n": {"big": 2**64}}}, "metadata", "outside the 64-bit range at n.big"),
     ({"id": "a", "title": "x", "colour": "red"}, "colour", "unknown field"),
+    # a blank work id made every such chunk one work: updating one dropped the others
+    ({"id": "a", "title": "x", "work_id": "  "}, "work_id", "blank"),
 ])
 def test_invalid_records_name_record_and_field(record, field, message) -> None:
     with pytest.raises(ValidationError) as err:
@@ -53,6 +55,16 @@ def test_limits_every_engine_can_hold() -> None:
     with pytest.raises(ValidationError, match="page"):
         validate_record(Document, {"id": "a", "title": "t", "page": 2**40})
     assert validate_record(Document, {"id": "é" * 256, "title": "t", "chunk_no": 2**31 - 1}).chunk_no == 2**31 - 1
+
+
+def test_a_blank_query_and_month_zero_are_refused() -> None:
+    from hybridsearch.models import DateRange, Query
+
+    with pytest.raises(ValidationError, match="field 'text': must not be blank"):
+        validate_record(Query, {"id": "q2", "text": "   "}, source="queries.jsonl", line=2)
+    with pytest.raises(ValidationError, match="month out of range in '1900-00'"):
+        DateRange(gte="1900-00").bounds()
+    assert DateRange(gte="1900", lte="1900-01").bounds() == (190000, 190001)
 
 
 def test_a_blank_filter_value_is_refused() -> None:
