@@ -6,9 +6,10 @@ so the rest of the file still loads; with `strict=True` the first bad record rai
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -53,17 +54,30 @@ def _read_text(path: Path) -> str:
         raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
 
 
-def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
+def _read_lines(path: Path, bad: Callable[[ValidationError], None] | None = None) -> Iterator[tuple[int, str]]:
     """Non-blank lines with 1-based numbers. Splits on LF only (CRLF tolerated), so that U+2028 or
-    a form feed inside a JSON string never splits a record."""
-    for lineno, line in enumerate(_read_text(path).split("\n"), 1):
-        line = line.rstrip("\r")
+    a form feed inside a JSON string never splits a record. Each line is decoded alone: one that is
+    not UTF-8 goes to `bad` (skipped and reported, as a malformed record is), or raises without it."""
+    try:
+        data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    except OSError as e:
+        raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as e:
+            err = ValidationError(f"not UTF-8 ({e.reason} at byte {e.start + 1} of the line)", source=str(path),
+                                  line=lineno)
+            if bad is None:
+                raise err from e
+            bad(err)
+            continue
         if line.strip():
             yield lineno, line
 
 
 def _json_records(path: Path, report: LoadReport, strict: bool) -> Iterator[tuple[int, Any]]:
-    for lineno, line in _read_lines(path):
+    for lineno, line in _read_lines(path, lambda e: report.reject(e, strict)):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:

@@ -260,3 +260,17 @@ def test_jsonl_line_with_unicode_line_separator_stays_one_record(tmp_path) -> No
     f.write_text(json.dumps({"id": "a", "title": "x\u2028y"}, ensure_ascii=False) + "\n", encoding="utf-8")
     (doc,) = JsonlLoader().load(f, LoadReport(), strict=True)
     assert doc.title == "x\u2028y"
+
+
+def test_a_line_that_is_not_utf8_is_one_rejected_record(tmp_path) -> None:
+    """One bad byte rejected the whole file, naming a byte offset into it; now that line alone is
+    skipped and reported with its line number, as a malformed JSON line is."""
+    f = tmp_path / "mixed.jsonl"
+    f.write_bytes(b'\xef\xbb\xbf{"id": "a1", "title": "One"}\n{"id": "a2", "title": "Bad \xff bytes"}\r\n'
+                  b'{"id": "a3", "title": "Three"}\r\n')
+    report = LoadReport()
+    assert [d.id for d in JsonlLoader().load(f, report)] == ["a1", "a3"]
+    assert report.loaded == 2 and len(report.rejected) == 1
+    assert str(report.rejected[0]).startswith(f"{f}:2") and "not UTF-8" in str(report.rejected[0])
+    with pytest.raises(ValidationError, match=r"mixed.jsonl:2.*not UTF-8"):
+        list(JsonlLoader().load(f, LoadReport(), strict=True))
