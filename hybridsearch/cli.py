@@ -1009,12 +1009,30 @@ def _warnings_to_stderr() -> None:
         log.addHandler(handler)
 
 
+def _not_text(args: argparse.Namespace, argv: list[str]) -> str | None:
+    """The name of the first argument that is not UTF-8 text (bytes the shell passed that Python
+    kept as lone surrogates, which no engine, file or query can hold), or None."""
+    for dest, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    option = "--" + dest.replace("_", "-")
+                    return option if any(a == option or a.startswith(option + "=") for a in argv) else dest
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # client libraries log each failed request with its traceback; the CLI reports errors itself
     for name in ("opensearch", "urllib3"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     args = build_parser().parse_args(argv)
+    bad = _not_text(args, sys.argv[1:] if argv is None else argv)
+    if bad is not None:
+        print(f"error: {bad}: not valid UTF-8 text", file=sys.stderr)
+        return 2
     if getattr(args, "chunk", 1) < 1:
         print(f"error: --chunk must be >= 1, got {args.chunk}", file=sys.stderr)
         return 2

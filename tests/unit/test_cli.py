@@ -125,3 +125,12 @@ def test_errors_are_one_clear_line(args, demo_copy) -> None:
     out = cli(*args, check=False)
     assert out.returncode != 0
     assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_an_argument_that_is_not_utf8_is_named(demo_copy) -> None:
+    """Bytes the shell passes that are not UTF-8 were a traceback (delete) or an engine's message
+    (search --kind); now one line names the argument."""
+    for args, name in (([b"search", b"fixed \xff point"], "query"), ([b"search", b"x", b"--kind", b"\xff"], "--kind"),
+                       ([b"delete", b"\xff"], "ids")):
+        out = subprocess.run([EXE, *args, b"--index-dir", str(demo_copy).encode()], capture_output=True, timeout=300)
+        assert out.returncode == 2 and out.stderr.decode() == f"error: {name}: not valid UTF-8 text\n", out.stderr
