@@ -114,8 +114,10 @@ def prepare_index(dataset: Path, target: str | Path, *, need_vectors: bool, enco
             # an interrupted build of this corpus (marked before it began) is resumed: ingest is
             # idempotent; anything else in the index is another corpus
             if engine.count() and held["corpus_building"] != fp:
-                raise ValidationError("the index holds another corpus; choose another index",
-                                      source=str(target))
+                raise ValidationError(
+                    "the index holds another corpus; choose another index" if held["corpus"] or
+                    held["corpus_building"] else "eval did not build this index (it cannot tell which corpus "
+                    "`ingest` put there); give an index of its own, one that does not exist yet", source=str(target))
             engine.set_meta("corpus_building", fp)
             summary: IngestSummary = ingest(engine, dataset, loader="beir", progress=progress)
             engine.set_meta("corpus", fp)
