@@ -1036,6 +1036,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "chunk", 1) < 1:
         print(f"error: --chunk must be >= 1, got {args.chunk}", file=sys.stderr)
         return 2
+    if getattr(args, "wait", False) and getattr(args, "enqueue", True) is False:
+        print("error: --wait follows the job that --enqueue sends; without --enqueue the work is done here",
+              file=sys.stderr)
+        return 2
     if getattr(args, "concurrency", 1) is not None and getattr(args, "concurrency", 1) < 1:
         print("error: --concurrency must be >= 1", file=sys.stderr)
         return 2

@@ -119,9 +119,11 @@ def test_ingest_reports_rejects_and_strict_fails(tmp_path) -> None:
     ("serve", "--port", "99999"),
     ("search", "x", "--profile", "hybrid", "--set", 'fuser.weights={"nope": 1}', "--index-dir", str(DEMO)),
     ("keys", "add", "x", "--file", "/tmp/never-used-keys.json", "--rights", "open", "--indices", ""),
+    ("graph", "--wait", "--index-dir", str(DEMO)),  # --wait without --enqueue was ignored
+    ("embed", "--wait", "--index-dir", str(DEMO)),
 ])
 def test_errors_are_one_clear_line(args, demo_copy) -> None:
-    args = tuple(str(demo_copy) if a == str(DEMO) and args[0] == "search" else a for a in args)
+    args = tuple(str(demo_copy) if a == str(DEMO) and args[0] in ("search", "graph", "embed") else a for a in args)
     out = cli(*args, check=False)
     assert out.returncode != 0
     assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
