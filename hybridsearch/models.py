@@ -320,6 +320,12 @@ class SearchResult(BaseModel):
 Bm25Mode = Literal["most_fields", "best_fields"]
 
 
+def error_message(err: Mapping[str, Any]) -> str:
+    """The message of one pydantic error, as its validator wrote it (without pydantic's "Value
+    error, " in front)."""
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
 def validate_record(model: type[BaseModel], data: Any, *, source: str | None = None,
                     line: int | None = None, strict: bool = False) -> Any:
     """Validate one record, turning pydantic's error into ours (record, field, line); `strict`
@@ -338,7 +344,7 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
-        msg = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
+        msg = error_message(err)
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         raise ValidationError(msg, field=field, source=source, line=line,

@@ -44,25 +44,27 @@ class Loader(Protocol):
     def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]: ...
 
 
-def _read_text(path: Path) -> str:
-    """The file's text; a UTF-8 byte order mark at its start is dropped."""
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, without a UTF-8 byte order mark at its start."""
     try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValidationError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
+        return path.read_bytes().removeprefix(codecs.BOM_UTF8)
     except OSError as e:
         raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
+
+
+def _read_text(path: Path) -> str:
+    """The file's text (a UTF-8 byte order mark at its start is dropped)."""
+    try:
+        return _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValidationError(f"not UTF-8 ({e.reason} at byte {e.start})", source=str(path)) from e
 
 
 def _read_lines(path: Path, bad: Callable[[ValidationError], None] | None = None) -> Iterator[tuple[int, str]]:
     """Non-blank lines with 1-based numbers. Splits on LF only (CRLF tolerated), so that U+2028 or
     a form feed inside a JSON string never splits a record. Each line is decoded alone: one that is
     not UTF-8 goes to `bad` (skipped and reported, as a malformed record is), or raises without it."""
-    try:
-        data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
-    except OSError as e:
-        raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
-    for lineno, raw in enumerate(data.split(b"\n"), 1):
+    for lineno, raw in enumerate(_read_bytes(path).split(b"\n"), 1):
         try:
             line = raw.decode("utf-8").rstrip("\r")
         except UnicodeDecodeError as e:

@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 from hybridsearch import plugins
 from hybridsearch.config import Settings, get_settings
 from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, IndexNotFoundError
-from hybridsearch.models import DateRange, Filters
+from hybridsearch.models import DateRange, Filters, error_message
 from query_service.evidence import EvidenceConfig, pack
 from query_service.keys import RIGHTS, ApiKey, KeyStore
 
@@ -285,7 +285,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
         errors = [{"field": "body", "message": f"{e['msg']} at character offset {e['loc'][-1]}: {e['ctx']['error']}"}
                   if e["type"] == "json_invalid" else  # its loc ends in the offset, not a field
                   {"field": ".".join(str(p) for p in e["loc"] if p != "body") or "body",
-                   "message": e["msg"].removeprefix("Value error, ")}
+                   "message": error_message(e)}
                   for e in exc.errors()]
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
         return problem(422, "Unprocessable Content", f"{first['field']}: {first['message']}", errors=errors)

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from hybridsearch.errors import ConfigError, ValidationError
-from hybridsearch.models import BM25_FIELD_WEIGHTS, validate_record
+from hybridsearch.models import BM25_FIELD_WEIGHTS, error_message, validate_record
 from query_service.citation import CitationConfig
 from query_service.evidence import EvidenceConfig
 from query_service.symbolic import SymbolicConfig
@@ -199,7 +199,7 @@ def _validate_config(plugin: Any, config: Mapping[str, Any], prefix: str, strict
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         field = ".".join([prefix, *(str(p) for p in err["loc"])])
-        raise ValidationError(err["msg"].removeprefix("Value error, "), field=field) from None
+        raise ValidationError(error_message(err), field=field) from None
 
 
 def _single(name: str, channel: str, description: str, **config: Any) -> Profile:
