@@ -541,9 +541,17 @@ def red_indices(url: str, timeout: float = 5.0) -> list[str]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    """Replace `path` at once. The temporary file is unique to this writer: two processes that
+    record the same node (a start, and a second start waiting for it) must not share one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the state holds no secret
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # ------------------------------------------------------------------------------------- fetch, assemble
