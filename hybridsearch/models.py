@@ -24,6 +24,12 @@ BM25_FIELD_WEIGHTS: dict[str, float] = {
     "subjects": 1.25,
 }
 TEXT_FIELDS: tuple[str, ...] = tuple(f for f in BM25_FIELD_WEIGHTS if f != "subjects")
+# Scored fields joined from others: one field holding their tokens in order, so that BM25 counts a
+# term's frequency, the length and the document frequency over them together (BEIR's "flat" index of
+# title and text). `hybrid` scores `title_text` instead of title and text apart.
+JOINED_FIELDS: dict[str, tuple[str, ...]] = {"title_text": ("title", "text")}
+# every field both engines index for BM25
+SCORED_FIELDS: tuple[str, ...] = (*BM25_FIELD_WEIGHTS, *JOINED_FIELDS)
 # limits every engine can hold: OpenSearch ids are at most 512 bytes, its integers 32-bit, a
 # keyword value one Lucene term (32,766 bytes) and a JSON whole number 64-bit
 MAX_ID_BYTES = 512

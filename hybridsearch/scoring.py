@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from hybridsearch.analysis import Analyzer
 from hybridsearch.errors import QueryError
-from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document
+from hybridsearch.models import JOINED_FIELDS, SCORED_FIELDS, Bm25Mode, Document
 
 # An empty scored field is indexed as this one token on both engines, so that every document has
 # every field: Lucene then counts documents and average lengths per field over all documents, as
@@ -26,11 +26,19 @@ def indexed_tokens(tokens: Sequence[str]) -> list[str]:
     return list(tokens) if tokens else [EMPTY_FIELD_TOKEN]
 
 
-def document_tokens(analyzer: Analyzer, doc: Document,
-                    fields: Sequence[str] = tuple(BM25_FIELD_WEIGHTS)) -> dict[str, list[str]]:
-    """A chunk's analysed tokens per scored field: what both engines index and BM25 counts."""
-    return {f: analyzer.analyze_many(doc.subjects) if f == "subjects" else analyzer.analyze(getattr(doc, f))
-            for f in fields}
+def document_tokens(analyzer: Analyzer, doc: Document, fields: Sequence[str] = SCORED_FIELDS) -> dict[str, list[str]]:
+    """A chunk's analysed tokens per scored field: what both engines index and BM25 counts. A
+    joined field (JOINED_FIELDS) holds its parts' tokens, one after the other."""
+    own: dict[str, list[str]] = {}
+
+    def tokens(f: str) -> list[str]:
+        if f not in own:
+            own[f] = (analyzer.analyze_many(doc.subjects) if f == "subjects" else
+                      [t for part in JOINED_FIELDS[f] for t in tokens(part)] if f in JOINED_FIELDS else
+                      analyzer.analyze(getattr(doc, f)))
+        return own[f]
+
+    return {f: tokens(f) for f in fields}
 
 
 def bm25_idf(num_docs: int, df: int) -> float:

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from hybridsearch.errors import ConfigError, ValidationError
-from hybridsearch.models import BM25_FIELD_WEIGHTS, error_message, validate_record
+from hybridsearch.models import BM25_FIELD_WEIGHTS, JOINED_FIELDS, error_message, validate_record
 from query_service.citation import CitationConfig
 from query_service.evidence import EvidenceConfig
 from query_service.symbolic import SymbolicConfig
@@ -245,9 +245,15 @@ DOMAIN_CHECK = 0.45
 # No alias expansion: the analyser already maps notation variants to one form, and expanding changed
 # nDCG@10 by at most 0.0001 on SciFact train, the demo and CACM
 HYBRID_WEIGHTS = {"bm25": 0.5, "dense": 0.5, "hdc": 0.0}
+# BM25 over title and text as one field (JOINED_FIELDS: BEIR's "flat" index), each other field apart:
+# a term's frequency and the length then count over the whole abstract, and a title term found again
+# in the text counts once more instead of losing to dis_max. nDCG@10 of `hybrid` against title and
+# text apart: SciFact train 0.7267 / 0.7262, demo 0.8693 / 0.8696 (the tuning sets: even); untuned,
+# SciFact test 0.7344 / 0.7316 and CACM 0.5867 / 0.5834
+HYBRID_FIELDS = {"title_text": 1.0, **{f: 1.0 for f in BM25_FIELD_WEIGHTS if f not in JOINED_FIELDS["title_text"]}}
 HYBRID = Profile(
     name="hybrid", description="quality default: BM25 + dense + HDC, weighted (min-max, arithmetic mean)",
-    channels={"bm25": ChannelSpec(k=100, config={"mode": "best_fields", "fields": EQUAL_FIELDS}),
+    channels={"bm25": ChannelSpec(k=100, config={"mode": "best_fields", "fields": HYBRID_FIELDS}),
               "dense": ChannelSpec(k=100),
               "hdc": ChannelSpec(k=100)},
     fuser="weighted", fuser_config={"norm": "minmax", "mean": "arithmetic", "weights": HYBRID_WEIGHTS},

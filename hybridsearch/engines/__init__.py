@@ -22,7 +22,7 @@ from hybridsearch.analysis import ANALYSIS_RULES, Analyzer
 from hybridsearch.errors import ConfigError, QueryError, ValidationError
 from hybridsearch.hdc import FIELDS as HDC_FIELDS
 from hybridsearch.hdc import NBYTES, HdcEncoder
-from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, DocInfo, Document, Filters, RankedList
+from hybridsearch.models import BM25_FIELD_WEIGHTS, SCORED_FIELDS, Bm25Mode, DocInfo, Document, Filters, RankedList
 
 Codes = Mapping[str, np.ndarray]  # HDC field -> 512 packed uint8 bytes
 
@@ -369,12 +369,13 @@ def _unit_rows(arr: np.ndarray) -> np.ndarray:
 
 
 def check_bm25_fields(fields: Mapping[str, float] | None) -> Mapping[str, float]:
-    """BM25 field weights (default BM25_FIELD_WEIGHTS): known fields, finite weights >= 0."""
+    """BM25 field weights (default BM25_FIELD_WEIGHTS): scored fields (SCORED_FIELDS), finite
+    weights >= 0."""
     if fields is None or not fields:
         return BM25_FIELD_WEIGHTS
     for f, w in fields.items():
-        if f not in BM25_FIELD_WEIGHTS:
-            raise QueryError(f"unknown BM25 field {f!r}; valid: {', '.join(BM25_FIELD_WEIGHTS)}")
+        if f not in SCORED_FIELDS:
+            raise QueryError(f"unknown BM25 field {f!r}; valid: {', '.join(SCORED_FIELDS)}")
         if not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
             raise QueryError(f"the weight of BM25 field {f!r} must be a finite number >= 0, got {w!r}")
     return fields

@@ -130,6 +130,29 @@ def test_bm25_with_other_k1_is_the_exact_formula(engine) -> None:
     assert set(got) == {"b"} and got["b"] == pytest.approx(idf * 1 * 2.5 / (1 + norm), rel=1e-9)
 
 
+def test_the_joined_field_scores_title_and_text_as_one(engine) -> None:
+    """`title_text` (JOINED_FIELDS) is BM25 over title and text together: a term's frequency and the
+    length count over both, and a chunk with the term in both counts once in its document frequency.
+    By hand from the engine's own statistics, from the index (k1 1.2) and rescored (k1 1.5)."""
+    engine.write([Document(id="d", title="Compact sets", text="Every compact set is closed.")])
+    an = engine.analyzer
+    docs = engine.get(["a", "b", "c", "d"])
+    lengths = {i: len(an.analyze(d.title)) + len(an.analyze(d.text)) for i, d in docs.items()}
+    avg = sum(lengths.values()) / 4
+    idf = bm25_idf(4, 3)  # "compact": in a's title, b's text, and d's title and text
+
+    def bm25(tf: int, dl: int, k1: float) -> float:
+        return idf * tf * (k1 + 1) / (tf + k1 * (1 - 0.75 + 0.75 * dl / avg))
+
+    for k1, rel in ((1.2, 1e-5), (1.5, 1e-9)):
+        got = dict(engine.bm25("compact", {"title_text": 1.0}, 4, options=Bm25Options(k1=k1)).items())
+        assert got == {i: pytest.approx(bm25(tf, lengths[i], k1), rel=rel) for i, tf in (("a", 1), ("b", 1), ("d", 2))}
+    # with the other fields, as `hybrid` asks: the joined field stands for title and text
+    assert engine.bm25("C-star algebra", {"title_text": 1.0, "subjects": 1.0}).ids == ["c"]
+    with pytest.raises(QueryError, match="unknown BM25 field 'titel'; valid: title, text, .*, title_text"):
+        engine.bm25("compact", {"titel": 1.0})
+
+
 def test_term_stats(engine) -> None:
     stats = engine.term_stats(["compact", "algebra", "zzunseen"])
     assert stats.num_docs == 3

@@ -397,6 +397,37 @@ def test_an_index_analysed_with_older_rules_says_so(admin, name, caplog, tmp_pat
     assert not [w for w in admin.status(name)["warnings"] if "analysis rules" in w], admin.status(name)["warnings"]
 
 
+def test_chunks_written_before_the_joined_field_are_refused_until_a_reindex_fills_it(admin, name) -> None:
+    from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.errors import EngineError
+    from hybridsearch.scoring import document_tokens
+
+    admin.create(name)
+    engine = admin.engine(name)
+    docs = [Document(id="both", title="Heine-Borel theorem", text="Compact sets are closed and bounded."),
+            Document(id="text", text="Bounded maps of closed sets."),
+            Document(id="title", title="Closed graph theorem", subjects=["analysis"])]
+    fresh = {d.id: Q.to_source(d, document_tokens(engine.analyzer, d), "", None, None) for d in docs}
+    # the chunks as a version without `title_text` wrote them
+    for d in docs:
+        src = json.loads(json.dumps(fresh[d.id]))
+        del src["bm25"]["title_text"], src["bm25_len"]["title_text"]
+        admin.client.index(index=f"{name}-write", id=d.id, body=src, params={"refresh": "true"})
+    with pytest.raises(EngineError, match=rf"BM25 field 'title_text': 3 chunks of index '{name}' .* were written "
+                                          rf"before it existed; `hybridsearch indices reindex {name}` fills it in"):
+        engine.bm25("closed", fields={"title_text": 1.0, "subjects": 1.0}, k=5)
+    assert set(engine.bm25("closed", k=5).ids) == {"both", "text", "title"}  # the seeds' fields need no reindex
+    admin.reindex(name)
+    for d in docs:  # the copy holds the tokens a write gives now, placeholder included
+        got = admin.client.get(index=name, id=d.id)["_source"]
+        assert (got["bm25"], got["bm25_len"]) == (fresh[d.id]["bm25"], fresh[d.id]["bm25_len"]), d.id
+    assert fresh["title"]["bm25"]["text"] == Q.EMPTY_FIELD_TOKEN  # an empty part adds no placeholder
+    assert Q.EMPTY_FIELD_TOKEN not in fresh["title"]["bm25"]["title_text"]
+    reader = admin.engine(name)
+    found = reader.bm25("closed bounded", fields={"title_text": 1.0}, k=5)
+    assert found.ids == ["text", "both", "title"]  # two with both terms (the shorter first), one with one
+
+
 def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url
                                                                               ) -> None:
     from indexer.graph import update_graph

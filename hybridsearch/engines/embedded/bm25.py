@@ -16,13 +16,13 @@ from hybridsearch.analysis import ANALYSIS_RULES, Analyzer
 from hybridsearch.engines import rules_named
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.errors import EngineError
-from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, Document, Filters
+from hybridsearch.models import BM25_FIELD_WEIGHTS, SCORED_FIELDS, Bm25Mode, Document, Filters
 from hybridsearch.scoring import document_tokens, indexed_tokens, merge_term_weights
 
-SCORED_FIELDS = tuple(BM25_FIELD_WEIGHTS)
 _APPLIED = "applied.json"
-# what the index holds, besides its schema: 2 = empty scored fields hold the placeholder token
-_FORMAT = 2
+# what the index holds, besides its schema: 2 = empty scored fields hold the placeholder token,
+# 3 = the joined field `title_text`
+_FORMAT = 3
 
 
 def _schema() -> tantivy.Schema:
@@ -215,11 +215,12 @@ class Bm25Index:
         return out
 
     def doc_freq(self, term: str) -> int:
-        """The max document frequency of `term` over the scored fields."""
+        """The max document frequency of `term` over the fields of BM25_FIELD_WEIGHTS (a joined
+        field would count its parts' documents again)."""
         if self.index is None:
             return 0
         s = self.index.searcher()
-        return max(s.doc_freq(f, term) for f in SCORED_FIELDS)
+        return max(s.doc_freq(f, term) for f in BM25_FIELD_WEIGHTS)
 
     def field_stats(self) -> tuple[int, dict[str, float]]:
         """(documents, average token count per scored field over all documents), as tantivy's BM25

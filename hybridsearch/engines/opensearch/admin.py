@@ -158,7 +158,8 @@ def put_template(client: opensearchpy.OpenSearch, kind: str, name: str, body: di
 
 
 # what an index made before a template field existed does without it
-OUTDATED = {"title.raw": " (so the reranker and diversity read DocInfo from _source: about 30 ms per 100 chunks "
+OUTDATED = {"bm25.title_text": " (so a search that scores BM25 field title_text, as `hybrid` does, is refused)",
+            "title.raw": " (so the reranker and diversity read DocInfo from _source: about 30 ms per 100 chunks "
                          "instead of 3)",
             "title_bin": " (so the reranker and diversity read titles from title.raw: about 6 ms per 100 chunks "
                          "instead of 3)"}
@@ -695,7 +696,8 @@ class Admin:
         with self.errors("reindex"):
             total = int(self.client.count(index=old)["count"])
             task = self.client.reindex(body={"source": {"index": old, "size": 500}, "dest": {"index": new},
-                                             "script": {"lang": "painless", "source": Q.TITLE_BIN_SCRIPT}},
+                                             "script": {"lang": "painless", "source": Q.REINDEX_SCRIPT,
+                                                        "params": Q.REINDEX_PARAMS}},
                                        params={"wait_for_completion": "false",
                                                "slices": str(self.settings.opensearch_reindex_slices)})["task"]
         shown = 0  # a finished slice leaves the task list before the parent counts it: never go back

@@ -62,6 +62,7 @@ from hybridsearch.errors import (
 from hybridsearch.hdc import HdcEncoder, index_options
 from hybridsearch.models import (
     BM25_FIELD_WEIGHTS,
+    JOINED_FIELDS,
     MAX_ID_BYTES,
     DocInfo,
     Document,
@@ -297,6 +298,7 @@ class OpenSearchEngine:
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
         self._analysis_checked = False
+        self._joined: set[str] = set()  # joined BM25 fields every chunk is known to hold
         self.dim = DIM
         self.client = make_client(url, s)
         self._ready = False
@@ -832,6 +834,7 @@ class OpenSearchEngine:
         weights = merge_term_weights(terms)
         if not weights or k <= 0 or not any(w > 0 for w in fields.values()):
             return RankedList.of("bm25", [], [])  # (no field to score: an empty bool would match everything)
+        self._check_joined([f for f, w in fields.items() if w > 0 and f in JOINED_FIELDS])
         depth = max(4 * k, 200) if opt.rescored else k
         hits = self._search(Q.bm25_query(weights, fields, depth, filters, opt.mode, opt.tie_breaker),
                             "bm25")["hits"]["hits"]
@@ -841,6 +844,21 @@ class OpenSearchEngine:
         if opt.role_boost != 1.0:
             scores = [s * opt.role_boost for s in scores]
         return RankedList.of("bm25", ids, scores)
+
+    def _check_joined(self, fields: Sequence[str]) -> None:
+        """Every chunk holds the joined fields asked for: a chunk written before one existed would
+        score 0 in it (and its parts are not asked for), so a search would pass it over unsaid."""
+        for f in fields:
+            if f in self._joined:
+                continue
+            try:
+                lacking = self._count({"bool": {"must_not": {"exists": {"field": f"bm25_len.{f}"}}}})
+            except IndexNotFoundError:
+                return
+            if lacking:
+                raise EngineError(f"BM25 field {f!r}: {lacking} chunks of index {self.index!r} at {self.url} were "
+                                  f"written before it existed; `hybridsearch indices reindex {self.index}` fills it in")
+            self._joined.add(f)
 
     def _rescore(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], ids: list[str], k: int,
                  opt: Bm25Options) -> list[tuple[str, float]]:

@@ -17,8 +17,8 @@ import numpy as np
 from hybridsearch.engines import Neighbors
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.hdc import DIM as HDC_DIM
-from hybridsearch.models import BM25_FIELD_WEIGHTS, Bm25Mode, DocInfo, Document, Filters
-from hybridsearch.scoring import indexed_tokens
+from hybridsearch.models import JOINED_FIELDS, SCORED_FIELDS, Bm25Mode, DocInfo, Document, Filters
+from hybridsearch.scoring import EMPTY_FIELD_TOKEN, indexed_tokens
 
 KnnEngine = Literal["lucene", "faiss"]
 # the space type the dense field is mapped with, per k-NN engine: Lucene scores cosine natively;
@@ -145,10 +145,21 @@ INFO_DOCVALUES = ("id", "work_id", "source", "page", "authors", "venue", "kind",
 # too, and on titles over 4096 characters, whose DocInfo comes from `_source`)
 INFO_DOCVALUES_RAW = tuple("title.raw" if f == "title_bin" else f for f in INFO_DOCVALUES)
 # chunk fields added since the first template: put into an older index's mapping at its first write
-ADDED_FIELDS = ("graph", "title_bin")
-# `indices reindex` fills `title_bin` on chunks copied from an index that lacks it
-TITLE_BIN_SCRIPT = ("if (ctx._source.title_bin == null) { String t = ctx._source.title; "
-                    "ctx._source.title_bin = (t == null ? '' : t).encodeBase64(); }")
+# (`bm25` and `bm25_len` gained the joined field `title_text`)
+ADDED_FIELDS = ("graph", "title_bin", "bm25", "bm25_len")
+# `indices reindex` fills what chunks copied from an older index lack: `title_bin`, and each joined
+# field (JOINED_FIELDS) from its parts' tokens, as hybridsearch.scoring.document_tokens joins them
+# (the placeholder of an empty part dropped, the placeholder alone when every part is empty)
+REINDEX_SCRIPT = (
+    "if (ctx._source.title_bin == null) { String t = ctx._source.title; "
+    "ctx._source.title_bin = (t == null ? '' : t).encodeBase64(); } "
+    "Map tok = ctx._source.bm25; if (tok != null) { if (ctx._source.bm25_len == null) { ctx._source.bm25_len = "
+    "new HashMap(); } for (def joined : params.joined.entrySet()) { if (tok[joined.getKey()] == null) { "
+    "List out = new ArrayList(); for (String part : joined.getValue()) { String s = tok[part]; if (s != null) { "
+    "for (String t : s.splitOnToken(' ')) { if (!t.isEmpty() && !t.equals(params.placeholder)) { out.add(t); } } } } "
+    "if (out.isEmpty()) { out.add(params.placeholder); } tok[joined.getKey()] = String.join(' ', out); "
+    "ctx._source.bm25_len[joined.getKey()] = out.size(); } } }")
+REINDEX_PARAMS = {"placeholder": EMPTY_FIELD_TOKEN, "joined": {f: list(parts) for f, parts in JOINED_FIELDS.items()}}
 
 
 def title_bin(title: str) -> str:
@@ -264,7 +275,7 @@ def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, 
     boosted field weight x term weight; `most_fields` sums all of them, `best_fields` is a
     dis_max of the per-field sums with `tie_breaker`. The same query the embedded engine runs."""
     per_field = [[{"term": {f"bm25.{f}": {"value": t, "boost": fw * w}}} for t, w in terms.items()]
-                 for f, fw in fields.items() if fw > 0 and f in BM25_FIELD_WEIGHTS]
+                 for f, fw in fields.items() if fw > 0 and f in SCORED_FIELDS]
     if mode == "best_fields":
         query: dict[str, Any] = {"dis_max": {"queries": [{"bool": {"should": c}} for c in per_field],
                                              "tie_breaker": tie_breaker}}
