@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,6 +31,9 @@ TEXT_FIELDS: tuple[str, ...] = tuple(f for f in BM25_FIELD_WEIGHTS if f != "subj
 JOINED_FIELDS: dict[str, tuple[str, ...]] = {"title_text": ("title", "text")}
 # every field both engines index for BM25
 SCORED_FIELDS: tuple[str, ...] = (*BM25_FIELD_WEIGHTS, *JOINED_FIELDS)
+# Document.passages: where a sentence ends, and how many passages a chunk has at most
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+MAX_PASSAGES = 64
 # limits every engine can hold: OpenSearch ids are at most 512 bytes, its integers 32-bit, a
 # keyword value one Lucene term (32,766 bytes) and a JSON whole number 64-bit
 MAX_ID_BYTES = 512
@@ -144,6 +148,18 @@ class Document(_Model):
     def dense_text(self) -> str:
         """The text the dense channel embeds: title + " " + text (BEIR convention)."""
         return f"{self.title} {self.text}".strip()
+
+    @property
+    def passages(self) -> list[str]:
+        """The texts embedded alone for the passage score (the reranker's semantic component): the
+        title, then each sentence of the text (split after . ! or ? where the next sentence starts
+        with a capital, a digit or a bracket), at most MAX_PASSAGES (the last one holds the rest).
+        All derive from `dense_text`, so a chunk's passages change exactly when its vector does."""
+        parts = [self.title.strip()] + [s.strip() for s in _SENTENCE_END.split(self.text)]
+        parts = [p for p in parts if p]
+        if len(parts) > MAX_PASSAGES:
+            parts[MAX_PASSAGES - 1:] = [" ".join(parts[MAX_PASSAGES - 1:])]
+        return parts
 
 
 @dataclass(frozen=True, slots=True)

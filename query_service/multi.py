@@ -92,6 +92,12 @@ class MultiEngine:
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         return self._routed("vector_score", ids, vec)
 
+    def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        return self._routed("passage_score", ids, vec)
+
+    def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return self._routed("passage_vectors", ids)
+
     def get(self, ids: Sequence[str]) -> dict[str, Document]:
         return self._routed("get", ids)
 

@@ -26,9 +26,9 @@ from query_service.searcher import Searcher, adhoc_profile, get_profile
 
 def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500, progress: bool = False,
                 log: Callable[[str], None] = print, graph: bool = True) -> float:
-    """Write `dataset`'s documents into `dest` with the vectors `source` holds for them (no
-    re-embedding) and HDC codes from `dest`'s encoder, then (with `graph`) build `dest`'s citation
-    graph; returns the seconds the writes took."""
+    """Write `dataset`'s documents into `dest` with the vectors and passage vectors `source` holds
+    for them (no re-embedding) and HDC codes from `dest`'s encoder, then (with `graph`) build
+    `dest`'s citation graph; returns the seconds the writes took."""
     if not isinstance(source, VectorSearch) or not isinstance(dest, BinarySearch):
         raise UnsupportedCapabilityError("copying a corpus needs vectors in the source and HDC in the destination")
     docs: Iterable[Document] = load_documents(dataset, "beir", LoadReport())
@@ -38,15 +38,17 @@ def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500
     it = iter(docs)
     while chunk := list(islice(it, batch)):
         vecs = source.vectors([d.id for d in chunk])
+        passages = source.passage_vectors([d.id for d in chunk])
         with_vec = [d for d in chunk if d.id in vecs]
-        codes = [enc.encode_document(d) for d in chunk]
+        codes = {d.id: enc.encode_document(d) for d in chunk}
         t = time.perf_counter()
-        if with_vec:
-            dest.write(with_vec, np.vstack([vecs[d.id] for d in with_vec]),
-                       [c for d, c in zip(chunk, codes, strict=True) if d.id in vecs])
-        rest = [(d, c) for d, c in zip(chunk, codes, strict=True) if d.id not in vecs]
+        for part in ([d for d in with_vec if d.id in passages], [d for d in with_vec if d.id not in passages]):
+            if part:
+                dest.write(part, np.vstack([vecs[d.id] for d in part]), [codes[d.id] for d in part],
+                           [passages[d.id] for d in part] if part[0].id in passages else None)
+        rest = [d for d in chunk if d.id not in vecs]
         if rest:
-            dest.write([d for d, _ in rest], None, [c for _, c in rest])
+            dest.write(rest, None, [codes[d.id] for d in rest])
         seconds += time.perf_counter() - t
         bar.update(len(chunk))
     bar.close()

@@ -7,8 +7,11 @@ Each component lies in [0, 1]; the weights of an intent sum to 1, so the final s
 and a hit's contributions (w_i x component_i) sum to its score.
 
 - lexical: the BM25 channel's score, min-max normalised over its list (0 when BM25 did not find it)
-- semantic: raw cosine, min-max normalised by the dense list's range and clipped (cosines of
-  candidates the dense channel did not return come from `vector_score`; 0 without a vector)
+- semantic: (1 - passage_share) x the chunk's cosine + passage_share x its best passage's cosine
+  (`passage_score`: the title or one sentence of the text, embedded alone), each min-max
+  normalised by the dense list's range and clipped (cosines of candidates the dense channel did
+  not return come from `vector_score`; 0 without a vector; a chunk without passage vectors counts
+  its own cosine for both)
 - citation: relational evidence: the citation-expansion score (query_service.citation) or, under
   symbolic expansion, the closure's weight (query_service.symbolic: seed strength x 0.35 per hop),
   the larger where both ran
@@ -87,6 +90,11 @@ WEIGHTS: dict[str, tuple[float, float, float, float, float, float]] = {
 }
 
 
+# The semantic component's share for a chunk's best passage. A long chunk's one vector blurs what
+# each of its sentences says (and MiniLM reads at most 256 word pieces); its best sentence does not.
+PASSAGE_SHARE = 0.5
+
+
 def _default_weights() -> dict[str, Weights]:
     return {intent: Weights(**dict(zip(COMPONENTS, w, strict=True))) for intent, w in WEIGHTS.items()}
 
@@ -105,6 +113,9 @@ class MathConfig(BaseModel):
                               "confidence (components are relative to the candidates; this is not)")
     low_margin: float = Field(default=0.02, ge=0, le=1, allow_inf_nan=False,
                               description="a relative margin (s1 - s2) / s1 below it is low confidence")
+    passage_share: float = Field(default=PASSAGE_SHARE, ge=0, le=1, allow_inf_nan=False,
+                                 description="the share of the semantic component that the best passage's "
+                                 "cosine takes (the rest is the whole chunk's)")
 
     @field_validator("weights")
     @classmethod
@@ -151,10 +162,14 @@ class MathReranker:
         cosines = self._cosines(query, cands, engine)
         if late():
             return cands, diag
+        passages = (engine.passage_score(query.vector, cands.ids) if weights["semantic"] > 0 and cfg.passage_share > 0
+                    and isinstance(engine, VectorSearch) else {})
+        if late():
+            return cands, diag
         comps: dict[str, dict[str, float]] = {}
         for name in COMPONENTS:
             if weights[name] > 0:
-                comps[name] = self._component(name, query, cands, engine, infos, cosines)
+                comps[name] = self._component(name, query, cands, engine, infos, cosines, passages)
                 if late():
                     return cands, diag
         items = []
@@ -170,13 +185,17 @@ class MathReranker:
         return cands.replace(items), diag
 
     def _component(self, name: str, query: QueryContext, cands: Candidates, engine: Any,
-                   infos: Mapping[str, DocInfo], cosines: Mapping[str, float]) -> dict[str, float]:
+                   infos: Mapping[str, DocInfo], cosines: Mapping[str, float],
+                   passages: Mapping[str, float]) -> dict[str, float]:
         ids = cands.ids
         if name == "lexical":
             rl = cands.lists.get("bm25")
             return minmax(best_scores(rl)) if rl is not None else {}
         if name == "semantic":
-            return _semantic(cands, cosines)
+            chunk = _semantic(cands, cosines)
+            best = _semantic(cands, {i: passages.get(i, c) for i, c in cosines.items()})
+            share = self.config.passage_share
+            return {i: (1 - share) * s + share * best[i] for i, s in chunk.items()}
         if name == "citation":
             return {i: max(cands.citation.get(i, 0.0), cands.symbolic.get(i, 0.0))
                     for i in cands.citation.keys() | cands.symbolic.keys()}

@@ -6,6 +6,7 @@ Score meanings, the same on every engine whatever the engine scores internally:
   Lucene's classic (k1+1) factor, but idf statistics of sparse fields differ between engines), so
   only normalised BM25 is portable; never compare raw BM25 across engines or against a constant.
 - `knn`, `vector_score`: raw cosine in [-1, 1] of normalised vectors.
+- `passage_score`: the best raw cosine in [-1, 1] over a chunk's passage vectors.
 - `hamming`, `hamming_score`: Hamming similarity 1 - d/4096 in [0, 1].
 """
 
@@ -154,22 +155,26 @@ class Reader(Protocol):
 @runtime_checkable
 class Engine(Reader, Protocol):
     """Storage and retrieval of chunks. A write is acknowledged when it returns: searchable in every
-    channel and durable. Vectors are normalised float32 (n, 384); codes are per-field packed bits.
+    channel and durable. Vectors are normalised float32 (n, 384); a chunk's passage vectors are
+    normalised float32 (p, 384), one row per passage of Document.passages, in order; codes are
+    per-field packed bits.
     `capabilities` names the search protocols it provides: lexical, vector, binary, graph."""
 
     capabilities: frozenset[str]
 
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
-              codes: Sequence[Codes] | None = None) -> int:
-        """Upsert documents (with their vectors and HDC codes when given); returns how many. An
-        update without vectors keeps the old vector while the dense text is unchanged; an update
-        without codes drops the old codes."""
+              codes: Sequence[Codes] | None = None, passages: Sequence[np.ndarray] | None = None) -> int:
+        """Upsert documents (with their vectors, passage vectors and HDC codes when given); returns
+        how many. An update without vectors keeps the old vector and passage vectors while the
+        dense text is unchanged; an update without codes drops the old codes."""
         ...
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
-        """Attach vectors to existing chunks (unknown ids are skipped); returns how many were set.
-        With `texts` (the dense texts the vectors were computed from), a chunk whose dense text
-        has changed since is skipped too, atomically: a worker's stale result is dropped."""
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None,
+                    passages: Sequence[np.ndarray] | None = None) -> int:
+        """Attach vectors (and passage vectors) to existing chunks (unknown ids are skipped); returns
+        how many were set. With `texts` (the dense texts the vectors were computed from), a chunk
+        whose dense text has changed since is skipped too, atomically: a worker's stale result is
+        dropped."""
         ...
 
     def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int: ...
@@ -185,8 +190,8 @@ class Engine(Reader, Protocol):
 
     def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
                         ) -> list[tuple[str, Document]]:
-        """Chunks with no vector for their current text (a text change drops the old vector),
-        among `ids` when given: the work an embedding pass still has to do."""
+        """Chunks with no vector, or no passage vectors, for their current text (a text change
+        drops both), among `ids` when given: the work an embedding pass still has to do."""
         ...
 
     def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
@@ -225,7 +230,15 @@ class VectorSearch(Protocol):
         """Exact cosine of chosen chunks (a chunk without a vector has no entry)."""
         ...
 
+    def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """The best exact cosine between `vec` and a passage vector of each chosen chunk (a chunk
+        without passage vectors has no entry)."""
+        ...
+
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+    def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Each chosen chunk's passage vectors (p, 384), as stored (a chunk without them has no entry)."""
+        ...
 
 
 @runtime_checkable
@@ -346,6 +359,28 @@ def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
         raise ValidationError(f"row {int(zero[0])} is all zeros (a vector without a direction has no cosine)",
                               field="vectors")
     return _unit_rows(arr)
+
+
+def check_passages(passages: Sequence[np.ndarray] | None, n: int, dim: int, with_vectors: bool
+                   ) -> list[np.ndarray] | None:
+    """n chunks' passage vectors, each as check_vectors makes them (at least one row); None stays
+    None. They come with the chunks' vectors (`with_vectors`), never alone."""
+    if passages is None:
+        return None
+    if not with_vectors:
+        raise ValidationError("passage vectors come with the chunks' vectors; give both", field="passages")
+    if len(passages) != n:
+        raise ValidationError(f"expected passage vectors of {n} chunks, got {len(passages)}", field="passages")
+    out = []
+    for i, p in enumerate(passages):
+        arr = np.asarray(p, dtype=np.float32)
+        try:
+            if arr.ndim != 2 or not len(arr):
+                raise ValidationError(f"expected shape (passages, {dim}), got {arr.shape}")
+            out.append(check_vectors(arr, len(arr), dim))
+        except ValidationError as e:
+            raise ValidationError(f"chunk {i}: {e.message}", field="passages") from None
+    return out
 
 
 def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:

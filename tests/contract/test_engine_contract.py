@@ -44,6 +44,7 @@ DOCS = [
              cites=["b", "not-indexed"], metadata={"doi": "10.1/x", "rank": 2}),
 ]
 VECS = unit_vectors(3)
+PASSAGES = [unit_vectors(len(d.passages), seed=20 + i) for i, d in enumerate(DOCS)]
 ENC = HdcEncoder()
 CODES = [ENC.encode_document(d) for d in DOCS]
 
@@ -63,7 +64,7 @@ def blank(request, tmp_path):
 
 @pytest.fixture
 def engine(blank):
-    blank.write(DOCS, VECS, CODES)
+    blank.write(DOCS, VECS, CODES, PASSAGES)
     return blank
 
 
@@ -316,12 +317,45 @@ def test_vectors_and_codes_follow_the_text(engine) -> None:
     assert sorted(i for i, _ in engine.missing_codes()) == ["b", "c"]
     assert [i for i, _ in engine.missing_codes(ids=["a", "c"])] == ["c"]
     assert engine.set_vectors(["b", "unknown"], unit_vectors(2, seed=4)) == 1
+    # a vector without passage vectors (an older writer's) leaves the chunk to embed
+    assert [i for i, _ in engine.missing_vectors()] == ["b"] and engine.passage_vectors(["b"]) == {}
     # a vector computed from text the chunk no longer has is dropped (a worker's stale result)
-    assert engine.set_vectors(["b"], unit_vectors(1, seed=9), texts=["Compact space Old statement."]) == 0
-    assert engine.set_vectors(["b"], unit_vectors(1, seed=4), texts=[engine.get(["b"])["b"].dense_text]) == 1
+    new_b = engine.get(["b"])["b"]
+    b_passages = [unit_vectors(len(new_b.passages), seed=7)]
+    assert engine.set_vectors(["b"], unit_vectors(1, seed=9), texts=["Compact space Old statement."],
+                              passages=b_passages) == 0
+    assert engine.passage_vectors(["b"]) == {}
+    assert engine.set_vectors(["b"], unit_vectors(1, seed=4), texts=[new_b.dense_text], passages=b_passages) == 1
     assert engine.knn(unit_vectors(2, seed=4)[0], 1).ids == ["b"] and engine.missing_vectors() == []
+    np.testing.assert_allclose(engine.passage_vectors(["b"])["b"], b_passages[0], atol=1e-6)
     assert engine.set_codes(["b"], [ENC.encode_document(engine.get(["b"])["b"])]) == 1
     assert [i for i, _ in engine.missing_codes()] == ["c"] and engine.stats().codes == 2
+
+
+def test_passage_score_is_the_best_passage_cosine_and_passages_follow_the_text(engine) -> None:
+    q = unit_vectors(1, seed=99)[0]
+    want = {d.id: float(np.max(p @ q)) for d, p in zip(DOCS, PASSAGES, strict=True)}
+    assert engine.passage_score(q, ["a", "b", "c", "unknown"]) == {i: pytest.approx(s, abs=1e-5)
+                                                                 for i, s in want.items()}
+    assert engine.passage_score(q, []) == {} and engine.passage_score(q, ["unknown"]) == {}
+    got = engine.passage_vectors(["c", "unknown"])
+    assert set(got) == {"c"} and got["c"].shape == (len(DOCS[2].passages), 384)
+    np.testing.assert_allclose(got["c"], PASSAGES[2], atol=1e-6)
+    # rewritten without vectors: kept while the dense text is unchanged, dropped with it otherwise
+    engine.write([DOCS[0].model_copy(update={"subjects": ["algebra"]})])
+    assert engine.passage_score(q, ["a"]) == {"a": pytest.approx(want["a"], abs=1e-5)}
+    engine.write([DOCS[1].model_copy(update={"title": "Heine-Borel"})])
+    assert engine.passage_score(q, ["b"]) == {} and engine.passage_vectors(["b"]) == {}
+    # bad input: one error naming the field, nothing written
+    with pytest.raises(ValidationError, match=r"field 'passages': chunk 0: row 1 has a non-finite value"):
+        engine.write(DOCS[:1], VECS[:1], passages=[np.array([[1.0] * 384, [np.nan] * 384])])
+    with pytest.raises(ValidationError, match=r"field 'passages': chunk 0: expected shape \(passages, 384\)"):
+        engine.write(DOCS[:1], VECS[:1], passages=[np.zeros((0, 384))])
+    with pytest.raises(ValidationError, match=r"field 'passages': passage vectors come with the chunks' vectors"):
+        engine.write(DOCS[:1], passages=PASSAGES[:1])
+    with pytest.raises(ValidationError, match=r"field 'passages': expected passage vectors of 1 chunks, got 2"):
+        engine.set_vectors(["a"], VECS[:1], passages=PASSAGES[:2])
+    assert engine.passage_score(q, ["a"]) == {"a": pytest.approx(want["a"], abs=1e-5)}
 
 
 def test_doc_info_is_the_documents_own(engine) -> None:
@@ -502,19 +536,26 @@ def test_ingesting_a_corpus_again_embeds_only_changed_text(blank, tmp_path) -> N
     corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
     enc = Counting()
     first = ingest(blank, corpus, encoder=enc, graph=False, progress=False, batch_size=4)
-    assert first.embedded == 6 and first.kept == 0 and len(enc.texts) == 6
+    # each chunk's dense text, then its passages: the title and the text's one sentence
+    assert first.embedded == 6 and first.kept == 0 and len(enc.texts) == 6 * 3
     before = blank.vectors([r["id"] for r in records])
+    passages = blank.passage_vectors([r["id"] for r in records])
+    assert {i: p.shape for i, p in passages.items()} == {r["id"]: (2, 384) for r in records}
 
     records[2]["text"] = "a new text for work 2"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
     enc.texts = []
     again = ingest(blank, corpus, encoder=enc, graph=False, progress=False, batch_size=4)
     assert again.indexed == 6 and again.embedded == 1 and again.kept == 5
-    assert enc.texts == [blank.get(["w2"])["w2"].dense_text]
+    new = blank.get(["w2"])["w2"]
+    assert enc.texts == [new.dense_text, *new.passages]
     assert "embedded 1 (kept the vectors of 5 unchanged chunks)" in again.lines()[0]
     after = blank.vectors([r["id"] for r in records])
     assert set(after) == set(before) and not blank.missing_vectors()
+    now = blank.passage_vectors([r["id"] for r in records])
     for i in (0, 1, 3, 4, 5):
         assert np.array_equal(after[f"w{i}"], before[f"w{i}"])
+        assert np.array_equal(now[f"w{i}"], passages[f"w{i}"])
     assert not np.array_equal(after["w2"], before["w2"])
+    assert np.array_equal(now["w2"][0], passages["w2"][0]) and not np.array_equal(now["w2"][1], passages["w2"][1])
     assert blank.get(["w2"])["w2"].text == "a new text for work 2"

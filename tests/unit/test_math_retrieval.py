@@ -75,6 +75,27 @@ def test_reranker_contributions_sum_to_the_score_and_components_lie_in_0_1(searc
     assert [(h.id, h.score) for h in a.hits] == [(h.id, h.score) for h in b.hits]
 
 
+def test_the_semantic_component_is_half_the_chunk_half_its_best_passage(searcher) -> None:
+    """Each on the dense list's scale: the chunk's own cosine and its best passage's (its title or
+    one sentence, embedded alone). The passage half lifts the chunk one of whose sentences answers."""
+    query = "every continuous map of a closed ball into itself has a fixed point"
+    shares = {s: searcher.search(query, get_profile("hybrid").model_copy(update={
+        "reranker_config": {"passage_share": s}}), k=20) for s in (0.0, 0.5, 1.0)}
+    chunk, best = ({h.id: h.components["semantic"] for h in shares[s].hits} for s in (0.0, 1.0))
+    engine = searcher.engine
+    vec = searcher.encoder.encode([query], query=True)[0]
+    cos, passage = engine.vector_score(vec, list(chunk)), engine.passage_score(vec, list(chunk))
+    assert set(passage) == set(chunk)  # ingest embedded every chunk's passages
+    moved = 0
+    for h in shares[0.5].hits:
+        if h.id in chunk and h.id in best:
+            assert h.components["semantic"] == pytest.approx(0.5 * chunk[h.id] + 0.5 * best[h.id], abs=1e-12)
+            if 0 < chunk[h.id] < 1 and 0 < best[h.id] < 1:  # unclipped: the order of the raw cosines
+                assert (best[h.id] > chunk[h.id]) == (passage[h.id] > cos[h.id])
+                moved += best[h.id] != chunk[h.id]
+    assert moved >= 5
+
+
 def test_exact_name_match_survives_notation(searcher) -> None:
     # the title "C*-algebra" matches the query's "C-star algebra" through the variant lexicon
     res = searcher.search("C-star algebra definition and examples", "hybrid", k=5)

@@ -28,6 +28,7 @@ from hybridsearch.engines import (
     check_bm25_fields,
     check_codes,
     check_lexicon,
+    check_passages,
     check_query_codes,
     check_query_vector,
     check_vectors,
@@ -226,24 +227,27 @@ class EmbeddedEngine:
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
-              codes: Sequence[Codes] | None = None) -> int:
-        """Store documents (optionally with vectors and HDC codes) atomically in one journal
-        transaction; returns how many. When this returns, no crash can lose them."""
+              codes: Sequence[Codes] | None = None, passages: Sequence[np.ndarray] | None = None) -> int:
+        """Store documents (optionally with vectors, passage vectors and HDC codes) atomically in
+        one journal transaction; returns how many. When this returns, no crash can lose them."""
         docs = list(docs)
         check_unique_ids(docs)
         if vectors is not None:
             vectors = check_vectors(vectors, len(docs), self.dim)
+        passages = check_passages(passages, len(docs), self.dim, vectors is not None)
         if codes is not None:
             codes = check_codes(codes, len(docs))
         with self._lock:
-            self.store.write(docs, vectors, self.model, codes)
+            self.store.write(docs, vectors, self.model, codes, passages)
             self._catch_up()
             return len(docs)
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None,
+                    passages: Sequence[np.ndarray] | None = None) -> int:
         vectors = check_vectors(vectors, len(ids), self.dim)
+        passages = check_passages(passages, len(ids), self.dim, True)
         with self._lock:
-            n = self.store.set_vectors(list(ids), vectors, self.model, texts=texts)
+            n = self.store.set_vectors(list(ids), vectors, self.model, texts=texts, passages=passages)
             self._catch_up()
             return n
 
@@ -321,6 +325,15 @@ class EmbeddedEngine:
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}
         return {labels[lb]: s for lb, s in self.dense_index.score(vec, list(labels)).items()}
+
+    def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        vec = check_query_vector(vec, self.dim)
+        return {i: float(np.max(p @ vec)) for i, p in self.passage_vectors(ids).items()}
+
+    def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        self.refresh()
+        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
+        return {labels[lb]: p for lb, p in self.store.passages_by_label(list(labels), self.dim).items()}
 
     def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
         """Per field, the nearest codes; scores are similarities 1 - hamming/4096."""

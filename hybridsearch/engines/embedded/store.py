@@ -40,7 +40,8 @@ CREATE INDEX IF NOT EXISTS chunk_subjects_subject ON chunk_subjects(subject);
 CREATE TABLE IF NOT EXISTS chunk_cites(label INTEGER NOT NULL, target TEXT NOT NULL,
     PRIMARY KEY(label, target));
 CREATE INDEX IF NOT EXISTS chunk_cites_target ON chunk_cites(target);
-CREATE TABLE IF NOT EXISTS vectors(label INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors(label INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL,
+    passages BLOB);
 CREATE TABLE IF NOT EXISTS hdc(label INTEGER PRIMARY KEY, topic BLOB, claim BLOB, role BLOB, acts BLOB);
 CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
     id TEXT NOT NULL, label INTEGER NOT NULL);
@@ -98,6 +99,10 @@ class Store:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(_SCHEMA)
+            # a store written before passage vectors existed: its chunks have none, so an embedding
+            # pass (`missing_vectors`) embeds them again
+            if "passages" not in {r[1] for r in self.conn.execute("PRAGMA table_info(vectors)")}:
+                self.conn.execute("ALTER TABLE vectors ADD COLUMN passages BLOB")
         except sqlite3.Error as e:
             raise EngineError(f"cannot open store {path}: {e}") from e
         self._lock = threading.RLock()
@@ -152,9 +157,11 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str,
-              codes: Sequence[Mapping[str, np.ndarray]] | None = None) -> int:
-        """Upsert chunks (with their vectors and HDC codes when given) in one transaction; returns
-        the last journal seq. An updated chunk written without codes loses its stale codes."""
+              codes: Sequence[Mapping[str, np.ndarray]] | None = None,
+              passages: Sequence[np.ndarray] | None = None) -> int:
+        """Upsert chunks (with their vectors, passage vectors and HDC codes when given) in one
+        transaction; returns the last journal seq. An updated chunk written without codes loses its
+        stale codes."""
         with self._transaction() as c:
             for i, d in enumerate(docs):
                 dense_hash = str(hash_text(d.dense_text))
@@ -178,8 +185,9 @@ class Store:
                               [(label, norm_key(s)) for s in d.subjects])
                 c.executemany("INSERT OR IGNORE INTO chunk_cites VALUES (?,?)", [(label, t) for t in d.cites])
                 if vectors is not None:
-                    c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?)",
-                              (label, model, vectors[i].astype(np.float32).tobytes()))
+                    c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?,?)",
+                              (label, model, vectors[i].astype(np.float32).tobytes(),
+                               None if passages is None else _blob(passages[i])))
                 if codes is not None:
                     c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (label, *_code_row(codes[i])))
                 elif row is not None:
@@ -206,14 +214,15 @@ class Store:
         skipped, and so (in the same transaction, for workers) are chunks whose dense text no longer
         has the hash in `hashes`, and with `only_missing` chunks that have a row in `table` already.
         Returns how many were set."""
-        insert = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * (5 if table == 'hdc' else 3))})"
+        insert = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * (5 if table == 'hdc' else 4))})"
         n = 0
         with self._transaction() as c:
             for i, (id_, values) in enumerate(zip(ids, rows, strict=True)):
                 row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (id_,)).fetchone()
                 if row is None or (hashes is not None and row[1] != hashes[i]):
                     continue
-                if only_missing and c.execute(f"SELECT 1 FROM {table} WHERE label=?", (row[0],)).fetchone():
+                if only_missing and c.execute(f"SELECT 1 FROM {table} x WHERE x.label=? AND {_COMPLETE[table]}",
+                                              (row[0],)).fetchone():
                     continue
                 c.execute(insert, (row[0], *values))
                 c.execute("INSERT INTO journal(op, id, label) VALUES (?,?,?)", (op, id_, row[0]))
@@ -221,10 +230,13 @@ class Store:
         return n
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str, *,
-                    texts: Sequence[str] | None = None, only_missing: bool = False) -> int:
-        """Store vectors computed after ingest (workers: with the dense texts they embedded and
-        only_missing, so a stale or repeated result is dropped); journal op 'vector'."""
-        rows = ((model, np.asarray(v, dtype=np.float32).tobytes()) for v in vectors)
+                    texts: Sequence[str] | None = None, only_missing: bool = False,
+                    passages: Sequence[np.ndarray] | None = None) -> int:
+        """Store vectors (and passage vectors) computed after ingest (workers: with the dense texts
+        they embedded and only_missing, so a stale or repeated result is dropped); journal op
+        'vector'."""
+        rows = ((model, np.asarray(v, dtype=np.float32).tobytes(), None if passages is None else _blob(passages[i]))
+                for i, v in enumerate(vectors))
         hashes = None if texts is None else [str(hash_text(t)) for t in texts]
         return self._set_derived(ids, rows, "vectors", "vector", hashes=hashes, only_missing=only_missing)
 
@@ -265,6 +277,12 @@ class Store:
     def vectors_by_label(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
         sql = "SELECT label, vec FROM vectors WHERE label IN ({marks})"
         return {label: np.frombuffer(blob, dtype=np.float32) for label, blob in self._rows_in(sql, labels)}
+
+    def passages_by_label(self, labels: Sequence[int], dim: int) -> dict[int, np.ndarray]:
+        """Each chunk's passage vectors (p, dim); chunks without them are absent."""
+        sql = "SELECT label, passages FROM vectors WHERE passages IS NOT NULL AND label IN ({marks})"
+        return {label: np.frombuffer(blob, dtype=np.float32).reshape(-1, dim)
+                for label, blob in self._rows_in(sql, labels)}
 
     def codes_by_label(self, labels: Sequence[int], field: str) -> dict[int, np.ndarray]:
         if field not in HDC_FIELDS:
@@ -314,8 +332,10 @@ class Store:
         return self._missing("hdc", None, ids)
 
     def _missing(self, table: str, limit: int | None, ids: Sequence[str] | None) -> list[tuple[str, Document]]:
-        """Chunks with no row in `table` (vectors or hdc), among `ids` when given."""
-        q = f"SELECT c.id, c.doc FROM chunks c LEFT JOIN {table} x ON x.label = c.label WHERE x.label IS NULL"
+        """Chunks with no complete row in `table` (vectors: with passage vectors; or hdc), among
+        `ids` when given."""
+        q = (f"SELECT c.id, c.doc FROM chunks c LEFT JOIN {table} x ON x.label = c.label"
+             f" WHERE (x.label IS NULL OR NOT ({_COMPLETE[table]}))")
         if ids is not None:
             rows = sorted(self._rows_in(q + " AND c.id IN ({marks})", list(dict.fromkeys(ids))))
         else:
@@ -403,6 +423,14 @@ class Store:
 
 
 HDC_FIELDS = ("topic", "claim", "role", "acts")
+
+
+# what makes a row `x` of a derived table complete: a chunk's vector comes with its passage vectors
+_COMPLETE = {"vectors": "x.passages IS NOT NULL", "hdc": "1"}
+
+
+def _blob(passages: np.ndarray) -> bytes:
+    return np.asarray(passages, dtype=np.float32).tobytes()
 
 
 def _code_row(codes: Mapping[str, np.ndarray]) -> list[bytes | None]:

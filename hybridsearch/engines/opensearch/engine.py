@@ -42,6 +42,7 @@ from hybridsearch.engines import (
     check_bm25_fields,
     check_codes,
     check_lexicon,
+    check_passages,
     check_query_codes,
     check_query_vector,
     check_vectors,
@@ -76,7 +77,11 @@ _log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 _PAGE = 1000
 _WRITE_TRIES = 5  # a chunk changed by another writer between write's read and its write is tried again
-_SET_IF_HASH = "if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v } else { ctx.op = 'noop' }"
+_SET_IF_HASH = ("if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v; "
+                "if (params.p != null) { ctx._source.passages = params.p } } else { ctx.op = 'noop' }")
+# a chunk with its vector and its passage vectors: what an embedding pass has done
+_EMBEDDED = {"bool": {"filter": [{"exists": {"field": "dense"}},
+                                 {"nested": {"path": "passages", "query": {"match_all": {}}}}]}}
 
 
 class _Serializer(opensearchpy.JSONSerializer):
@@ -447,24 +452,26 @@ class OpenSearchEngine:
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
-              codes: Sequence[Codes] | None = None) -> int:
+              codes: Sequence[Codes] | None = None, passages: Sequence[np.ndarray] | None = None) -> int:
         """Bulk-index documents; returns how many. Returns when a search can see them (refresh).
-        An update without vectors keeps the stored vector while the dense text is unchanged; a
-        chunk keeps its work's citation graph until the next build. What is kept is read from the
-        stored chunk and written back only if nothing changed the chunk in between (a worker's
-        vectors, codes or graph): a chunk changed meanwhile is read and written again."""
+        An update without vectors keeps the stored vector and passage vectors while the dense text
+        is unchanged; a chunk keeps its work's citation graph until the next build. What is kept is
+        read from the stored chunk and written back only if nothing changed the chunk in between (a
+        worker's vectors, codes or graph): a chunk changed meanwhile is read and written again."""
         docs = list(docs)
         if not docs:
             return 0
         check_unique_ids(docs)
         vecs = check_vectors(vectors, len(docs), self.dim) if vectors is not None else None
+        pas = check_passages(passages, len(docs), self.dim, vecs is not None)
         code_sets = check_codes(codes, len(docs)) if codes is not None else None
         self.ensure_index()
         todo = list(range(len(docs)))
         for _ in range(_WRITE_TRIES):
             conflicts: set[str] = set()
             self._bulk(self._write_actions([docs[i] for i in todo], None if vecs is None else vecs[todo],
-                                           None if code_sets is None else [code_sets[i] for i in todo]),
+                                           None if code_sets is None else [code_sets[i] for i in todo],
+                                           None if pas is None else [pas[i] for i in todo]),
                        conflicts=conflicts)
             todo = [i for i in todo if docs[i].id in conflicts]
             if not todo:
@@ -473,21 +480,24 @@ class OpenSearchEngine:
         raise BulkWriteError(f"{len(ids)} of {len(docs)} items failed: {', '.join(ids[:5])}: changed by another "
                              f"writer at each of {_WRITE_TRIES} attempts", dict.fromkeys(ids, "version conflict"))
 
-    def _write_actions(self, docs: list[Document], vecs: np.ndarray | None, code_sets: list[Codes] | None
-                       ) -> Iterator[dict[str, Any]]:
+    def _write_actions(self, docs: list[Document], vecs: np.ndarray | None, code_sets: list[Codes] | None,
+                       pas: list[np.ndarray] | None) -> Iterator[dict[str, Any]]:
         """Index actions for `docs`, each conditional on the stored chunk it read (`if_seq_no`), or
         a `create` for a chunk that did not exist. Kept from the stored chunk: its work's citation
-        graph while it stays in that work, and without new vectors its vector while the dense text
-        is unchanged. A chunk that is new to its work takes the graph the work's other chunks have."""
+        graph while it stays in that work, and without new vectors its vector and passage vectors
+        while the dense text is unchanged. A chunk that is new to its work takes the graph the
+        work's other chunks have."""
         hashes = [str(hash_text(d.dense_text)) for d in docs]
         old = self._mget([d.id for d in docs], ["graph", "work_id"] if vecs is not None
-                         else ["graph", "work_id", "dense_hash", "dense"])
+                         else ["graph", "work_id", "dense_hash", "dense", "passages"])
         kept: dict[str, dict[str, Any]] = {}
         for d, h in zip(docs, hashes, strict=True):
             o = old[d.id].get("_source", {}) if d.id in old else {}
             kept[d.id] = {"graph": o["graph"]} if o.get("graph") and o.get("work_id") == d.work_id else {}
             if vecs is None and o.get("dense_hash") == h and o.get("dense") is not None:
                 kept[d.id]["dense"] = o["dense"]
+                if o.get("passages"):
+                    kept[d.id]["passages"] = o["passages"]
         graphless = {d.work_id for d in docs if "graph" not in kept[d.id]}
         graphs = self._work_graphs(graphless) if graphless and Q.meta_value(self._index_meta(), "graph") else {}
         for d in docs:
@@ -497,7 +507,7 @@ class OpenSearchEngine:
         def actions() -> Iterator[dict[str, Any]]:  # built while earlier chunks are being indexed
             for i, (d, h) in enumerate(zip(docs, hashes, strict=True)):
                 src = Q.to_source(d, document_tokens(self.analyzer, d), h, None if vecs is None else vecs[i],
-                                  None if code_sets is None else code_sets[i])
+                                  None if code_sets is None else code_sets[i], None if pas is None else pas[i])
                 src.update(kept[d.id])
                 o = old.get(d.id)
                 cas = ({"_op_type": "index", "if_seq_no": o["_seq_no"], "if_primary_term": o["_primary_term"]}
@@ -520,15 +530,19 @@ class OpenSearchEngine:
                 out[h["_source"]["work_id"]] = h["_source"]["graph"]
         return out
 
-    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None) -> int:
+    def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None,
+                    passages: Sequence[np.ndarray] | None = None) -> int:
         vecs = check_vectors(vectors, len(ids), self.dim)
+        pas = check_passages(passages, len(ids), self.dim, True)
+        parts = [{"dense": v.tolist(), "passages": None if pas is None else Q.passage_source(pas[i])}
+                 for i, v in enumerate(vecs)]
         if texts is None:
-            return self._update(ids, [{"dense": v.tolist()} for v in vecs])
-        # compare and set on the node: the vector lands only if the chunk's dense text still has
-        # the hash of the text it was computed from (else the update is a no-op)
+            return self._update(ids, [{k: x for k, x in p.items() if x is not None} for p in parts])
+        # compare and set on the node: the vectors land only if the chunk's dense text still has
+        # the hash of the text they were computed from (else the update is a no-op)
         return self._update(ids, [{"script": {"source": _SET_IF_HASH, "lang": "painless",
-                                              "params": {"h": str(hash_text(t)), "v": v.tolist()}}}
-                                  for t, v in zip(texts, vecs, strict=True)])
+                                              "params": {"h": str(hash_text(t)), "v": p["dense"], "p": p["passages"]}}}
+                                  for t, p in zip(texts, parts, strict=True)])
 
     def set_codes(self, ids: Sequence[str], codes: Sequence[Codes]) -> int:
         code_sets = check_codes(codes, len(ids))
@@ -762,7 +776,7 @@ class OpenSearchEngine:
 
     def missing_vectors(self, limit: int | None = None, ids: Sequence[str] | None = None
                         ) -> list[tuple[str, Document]]:
-        return self._missing({"exists": {"field": "dense"}}, limit, ids)
+        return self._missing(_EMBEDDED, limit, ids)
 
     def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
         return self._missing({"term": {"hdc_encoded": True}}, None, ids)
@@ -920,6 +934,23 @@ class OpenSearchEngine:
                                 "vector score")["hits"]["hits"]
             out.update({Q.hit_id(h): Q.cosine_from_score(float(h["_score"]), "cosinesimil") for h in hits})
         return out
+
+    def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """Best exact cosine over each chunk's passages by the k-NN scoring script on the nested
+        passage vectors (cosinesimil scores (1 + cos) / 2, the best passage's score the chunk's)."""
+        ids = _possible_ids(ids)
+        if not ids:
+            return {}
+        v = self._query_vector(vec)
+        out: dict[str, float] = {}
+        for i in range(0, len(ids), _PAGE):
+            hits = self._search(Q.passage_score_query(v, ids[i:i + _PAGE]), "passage score")["hits"]["hits"]
+            out.update({Q.hit_id(h): Q.cosine_from_score(float(h["_score"]), "cosinesimil") for h in hits})
+        return out
+
+    def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        return {i: np.asarray([p["v"] for p in s["passages"]], dtype=np.float32)
+                for i, s in self._sources(ids, ["passages"]).items() if s.get("passages")}
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return {i: np.asarray(s["dense"], dtype=np.float32) for i, s in self._sources(ids, ["dense"]).items()

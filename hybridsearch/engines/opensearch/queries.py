@@ -51,8 +51,9 @@ def chunks_template(knn_engine: KnnEngine) -> dict[str, Any]:
     """The component template of chunk indices, with the dense and HDC fields on `knn_engine`."""
     body = template("hybridsearch-chunks")
     props = body["template"]["mappings"]["properties"]
-    props["dense"]["space_type"] = SPACE_TYPE[knn_engine]
-    props["dense"]["method"]["engine"] = knn_engine
+    for dense in (props["dense"], props["passages"]["properties"]["v"]):
+        dense["space_type"] = SPACE_TYPE[knn_engine]
+        dense["method"]["engine"] = knn_engine
     for f in [p for p in props if p.startswith("hdc_") and props[p].get("type") == "knn_vector"]:
         props[f]["method"]["engine"] = knn_engine
     return body
@@ -105,9 +106,9 @@ def packed_to_int8(code: np.ndarray) -> list[int]:
 
 
 def to_source(doc: Document, tokens: Mapping[str, list[str]], dense_hash: str, vector: np.ndarray | None,
-              codes: Mapping[str, np.ndarray] | None) -> dict[str, Any]:
+              codes: Mapping[str, np.ndarray] | None, passages: np.ndarray | None = None) -> dict[str, Any]:
     """The indexed form of a chunk: the document's own fields, its analysed tokens per scored
-    field, normalised filter keys, and its vector and codes when it has them."""
+    field, normalised filter keys, and its vector, passage vectors and codes when it has them."""
     src: dict[str, Any] = doc.model_dump(exclude_defaults=True)
     src["id"], src["work_id"] = doc.id, doc.work_id
     indexed = {f: indexed_tokens(t) for f, t in tokens.items()}
@@ -124,11 +125,30 @@ def to_source(doc: Document, tokens: Mapping[str, list[str]], dense_hash: str, v
     src["dense_hash"] = dense_hash
     if vector is not None:
         src["dense"] = np.asarray(vector, dtype=np.float32)  # the engine's serializer writes numpy arrays
+    if passages is not None:
+        src["passages"] = passage_source(passages)
     if codes is not None:
         src["hdc_encoded"] = True
         for f, code in codes.items():
             src[f"hdc_{f}"] = np.asarray(code, dtype=np.uint8).view(np.int8)
     return src
+
+
+def passage_source(passages: np.ndarray) -> list[dict[str, Any]]:
+    """A chunk's passage vectors as its `passages` field: one nested object per passage."""
+    return [{"v": row} for row in np.asarray(passages, dtype=np.float32)]
+
+
+def passage_score_query(query_value: Sequence[float], ids: Sequence[str]) -> dict[str, Any]:
+    """The best exact score over each chosen chunk's passages, by the k-NN scoring script (`knn_score`,
+    cosinesimil: (1 + cos) / 2) on the nested `passages.v`; chunks without passages are left out."""
+    return {"size": len(ids), **HITS_BY_ID, "query": {"bool": {
+        "filter": [{"ids": {"values": list(ids)}}],
+        "must": [{"nested": {"path": "passages", "score_mode": "max", "query": {"script_score": {
+            "query": {"match_all": {}},
+            "script": {"lang": "knn", "source": "knn_score",
+                       "params": {"field": "passages.v", "query_value": list(query_value),
+                                  "space_type": "cosinesimil"}}}}}}]}}}
 
 
 def from_source(src: Mapping[str, Any]) -> Document:
@@ -146,7 +166,7 @@ INFO_DOCVALUES = ("id", "work_id", "source", "page", "authors", "venue", "kind",
 INFO_DOCVALUES_RAW = tuple("title.raw" if f == "title_bin" else f for f in INFO_DOCVALUES)
 # chunk fields added since the first template: put into an older index's mapping at its first write
 # (`bm25` and `bm25_len` gained the joined field `title_text`)
-ADDED_FIELDS = ("graph", "title_bin", "bm25", "bm25_len")
+ADDED_FIELDS = ("graph", "title_bin", "bm25", "bm25_len", "passages")
 # `indices reindex` fills what chunks copied from an older index lack: `title_bin`, and each joined
 # field (JOINED_FIELDS) from its parts' tokens, as hybridsearch.scoring.document_tokens joins them
 # (the placeholder of an empty part dropped, the placeholder alone when every part is empty)
