@@ -328,7 +328,12 @@ class EmbeddedEngine:
 
     def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         vec = check_query_vector(vec, self.dim)
-        return {i: float(np.max(p @ vec)) for i, p in self.passage_vectors(ids).items()}
+        found = self.passage_vectors(ids)
+        if not found:
+            return {}
+        sizes = [len(p) for p in found.values()]
+        best = np.maximum.reduceat(np.concatenate(list(found.values())) @ vec, np.cumsum([0, *sizes[:-1]]))
+        return dict(zip(found, best.tolist(), strict=True))
 
     def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         self.refresh()
