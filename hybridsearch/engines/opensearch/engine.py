@@ -924,27 +924,25 @@ class OpenSearchEngine:
 
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact cosine by the k-NN scoring script (cosinesimil scores (1 + cos) / 2)."""
-        ids = _possible_ids(ids)
-        if not ids:
-            return {}
-        v = self._query_vector(vec)
-        out: dict[str, float] = {}
-        for i in range(0, len(ids), _PAGE):
-            hits = self._search(Q.exact_score_query("dense", "cosinesimil", v, ids[i:i + _PAGE]),
-                                "vector score")["hits"]["hits"]
-            out.update({Q.hit_id(h): Q.cosine_from_score(float(h["_score"]), "cosinesimil") for h in hits})
-        return out
+        return self._exact_cosines(vec, ids, lambda v, page: Q.exact_score_query("dense", "cosinesimil", v, page),
+                                   "vector score")
 
     def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Best exact cosine over each chunk's passages by the k-NN scoring script on the nested
-        passage vectors (cosinesimil scores (1 + cos) / 2, the best passage's score the chunk's)."""
+        passage vectors (the best passage's score the chunk's)."""
+        return self._exact_cosines(vec, ids, Q.passage_score_query, "passage score")
+
+    def _exact_cosines(self, vec: np.ndarray, ids: Sequence[str],
+                       body: Callable[[list[float], list[str]], dict[str, Any]], what: str) -> dict[str, float]:
+        """Cosines from a `knn_score` search (cosinesimil: (1 + cos) / 2) of the chosen chunks, a
+        page of ids at a time."""
         ids = _possible_ids(ids)
         if not ids:
             return {}
         v = self._query_vector(vec)
         out: dict[str, float] = {}
         for i in range(0, len(ids), _PAGE):
-            hits = self._search(Q.passage_score_query(v, ids[i:i + _PAGE]), "passage score")["hits"]["hits"]
+            hits = self._search(body(v, ids[i:i + _PAGE]), what)["hits"]["hits"]
             out.update({Q.hit_id(h): Q.cosine_from_score(float(h["_score"]), "cosinesimil") for h in hits})
         return out
 
