@@ -128,8 +128,9 @@ def test_a_write_keeps_what_a_worker_stored_meanwhile(opensearch_index, monkeypa
     doc = Document(id="a", title="Alpha", text="x", cites=["b"], year=1990)
     engine.write([doc, Document(id="b", title="Beta", text="y")])
     update_graph(engine)
-    vec = np.random.default_rng(3).normal(size=(1, 384)).astype(np.float32)
-    vec /= np.linalg.norm(vec)
+    vec = np.random.default_rng(3).normal(size=(1 + len(doc.passages), 384)).astype(np.float32)
+    vec /= np.linalg.norm(vec, axis=1, keepdims=True)  # the chunk's vector, then its passages'
+    vec, passages = vec[:1], vec[1:]
     worker = OpenSearchEngine(engine.raw_url, index=engine.index)
     real, reads = engine._mget, []
 
@@ -137,7 +138,7 @@ def test_a_write_keeps_what_a_worker_stored_meanwhile(opensearch_index, monkeypa
         got = real(ids, includes)
         reads.append(list(ids))
         if len(reads) == 1:
-            assert worker.set_vectors(["a"], vec, texts=[doc.dense_text]) == 1
+            assert worker.set_vectors(["a"], vec, texts=[doc.dense_text], passages=[passages]) == 1
             worker.write([Document(id="c", title="Gamma", text="z", cites=["a"])])
             assert update_graph(worker)[1]  # a is now cited by c
         return got
@@ -147,6 +148,7 @@ def test_a_write_keeps_what_a_worker_stored_meanwhile(opensearch_index, monkeypa
     assert reads == [["a"], ["a"]]  # read again after the conflict
     assert engine.get(["a"])["a"].year == 1991 and engine.missing_vectors(ids=["a"]) == []
     assert np.allclose(engine.vectors(["a"])["a"], vec[0]) and engine.neighbors(["a"])["a"].cited_by == ("c",)
+    assert np.allclose(engine.passage_vectors(["a"])["a"], passages)
     worker.close()
 
 
