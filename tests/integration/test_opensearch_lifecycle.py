@@ -428,6 +428,40 @@ def test_chunks_written_before_the_joined_field_are_refused_until_a_reindex_fill
     assert found.ids == ["text", "both", "title"]  # two with both terms (the shorter first), one with one
 
 
+def test_an_index_made_before_passages_lists_its_chunks_to_embed(admin, name) -> None:
+    """A version whose mapping has no `passages` (made by an older version, not written to since):
+    its chunks have no passage score and are listed to embed, with no error; the first write puts
+    the field into its mapping, and `embed` then completes them."""
+    from hybridsearch.engines.embedded.store import hash_text
+    from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.scoring import document_tokens
+
+    status = admin.status(admin.create(name).name)
+    v1 = f"{name}-v1"
+    mapping = admin.client.indices.get_mapping(index=v1)[v1]["mappings"]
+    aliases = admin.client.indices.get_alias(index=v1)[v1]["aliases"]
+    del mapping["properties"]["passages"]
+    admin.client.indices.delete(index=v1)
+    admin.client.indices.delete_index_template(name=f"hybridsearch-{name}")
+    settings = Q.chunks_template(status["knn_engine"])["template"]["settings"]
+    admin.client.indices.create(index=v1, body={"settings": settings, "mappings": mapping, "aliases": aliases})
+    engine = admin.engine(name)
+    doc = Document(id="old", title="Ancient title", text="One sentence. Another one.")
+    vec = np.zeros(384, dtype=np.float32)
+    vec[0] = 1.0
+    admin.client.index(index=v1, id="old", params={"refresh": "true"},
+                       body=Q.to_source(doc, document_tokens(engine.analyzer, doc), str(hash_text(doc.dense_text)),
+                                        vec, None))
+    assert engine.passage_score(vec, ["old"]) == {}
+    assert [i for i, _ in engine.missing_vectors()] == ["old"]
+    engine.write([Document(id="new", title="Fresh title", text="x")])  # the mapping gains `passages`
+    passages = np.zeros((len(doc.passages), 384), dtype=np.float32)
+    passages[:, 1] = 1.0
+    assert engine.set_vectors(["old"], vec[None, :], texts=[doc.dense_text], passages=[passages]) == 1
+    assert engine.passage_score(vec, ["old"]) == {"old": pytest.approx(0.0, abs=1e-6)}
+    assert [i for i, _ in engine.missing_vectors()] == ["new"]
+
+
 def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url
                                                                               ) -> None:
     from indexer.graph import update_graph

@@ -79,9 +79,10 @@ _PAGE = 1000
 _WRITE_TRIES = 5  # a chunk changed by another writer between write's read and its write is tried again
 _SET_IF_HASH = ("if (ctx._source.dense_hash == params.h) { ctx._source.dense = params.v; "
                 "if (params.p != null) { ctx._source.passages = params.p } } else { ctx.op = 'noop' }")
-# a chunk with its vector and its passage vectors: what an embedding pass has done
-_EMBEDDED = {"bool": {"filter": [{"exists": {"field": "dense"}},
-                                 {"nested": {"path": "passages", "query": {"match_all": {}}}}]}}
+# a chunk with its vector and its passage vectors: what an embedding pass has done (a version
+# made before `passages` existed, not yet written to, has no such chunk)
+_EMBEDDED = {"bool": {"filter": [{"exists": {"field": "dense"}}, {"nested": {
+    "path": "passages", "query": {"match_all": {}}, "ignore_unmapped": True}}]}}
 
 
 class _Serializer(opensearchpy.JSONSerializer):

@@ -141,14 +141,14 @@ def passage_source(passages: np.ndarray) -> list[dict[str, Any]]:
 
 def passage_score_query(query_value: Sequence[float], ids: Sequence[str]) -> dict[str, Any]:
     """The best exact score over each chosen chunk's passages, by the k-NN scoring script (`knn_score`,
-    cosinesimil: (1 + cos) / 2) on the nested `passages.v`; chunks without passages are left out."""
-    return {"size": len(ids), **HITS_BY_ID, "query": {"bool": {
-        "filter": [{"ids": {"values": list(ids)}}],
-        "must": [{"nested": {"path": "passages", "score_mode": "max", "query": {"script_score": {
-            "query": {"match_all": {}},
-            "script": {"lang": "knn", "source": "knn_score",
-                       "params": {"field": "passages.v", "query_value": list(query_value),
-                                  "space_type": "cosinesimil"}}}}}}]}}}
+    cosinesimil: (1 + cos) / 2) on the nested `passages.v`; chunks without passages are left out (all
+    of them in a version made before `passages` existed and not yet written to)."""
+    script = {"lang": "knn", "source": "knn_score",
+              "params": {"field": "passages.v", "query_value": list(query_value), "space_type": "cosinesimil"}}
+    best = {"nested": {"path": "passages", "score_mode": "max", "ignore_unmapped": True,
+                       "query": {"script_score": {"query": {"match_all": {}}, "script": script}}}}
+    return {"size": len(ids), **HITS_BY_ID,
+            "query": {"bool": {"filter": [{"ids": {"values": list(ids)}}], "must": [best]}}}
 
 
 def from_source(src: Mapping[str, Any]) -> Document:
