@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from hybridsearch.engines import Engine
 
 DEMO_QUERIES = ("qa-05", "qb-01", "qb-09", "qc-01", "qa-12", "qc-07", "qa-ood-1")
+CHUNK = 256  # chunks per worker task when --chunk is not given
 
 
 def _index_dir(args: argparse.Namespace) -> Path:
@@ -369,8 +370,6 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from hybridsearch.embeddings import default_encoder
     from indexer.pipeline import embed_missing, missing_vector_ids
 
-    if args.chunk < 1:
-        raise HybridSearchError(f"--chunk must be >= 1, got {args.chunk}")
     engine = _open(args)
     try:
         if args.enqueue:
@@ -787,7 +786,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--executor", choices=["inline", "celery"], default="inline",
                    help="compute vectors and HDC codes here (inline, the default) or in Celery workers "
                    "(HYBRIDSEARCH_REDIS_URL; `hybridsearch worker`), with a progress bar until they are done")
-    s.add_argument("--chunk", type=int, default=256, help="chunks per worker task with --executor celery")
+    s.add_argument("--chunk", type=int, help="chunks per worker task with --executor celery (default 256)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     s.set_defaults(func=cmd_ingest)
 
@@ -799,7 +798,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--strict", action="store_true", help="stop at the first bad record")
     s.add_argument("--no-embed", action="store_true", help="skip embeddings")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    s.set_defaults(func=cmd_ingest, executor="inline", chunk=256)
+    s.set_defaults(func=cmd_ingest, executor="inline", chunk=None)
 
     s = sub.add_parser("delete", parents=[common, engine_opts], help="delete chunks by id, or whole works",
                        description="Searches see the deletion at once, in every process; the citation graph is "
@@ -811,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("embed", parents=[common, engine_opts], help="embed chunks that have no vector yet")
     s.add_argument("--enqueue", action="store_true", help="send Celery tasks (HYBRIDSEARCH_REDIS_URL) "
                    "instead of embedding here")
-    s.add_argument("--chunk", type=int, default=256, help="chunks per task")
+    s.add_argument("--chunk", type=int, help="with --enqueue: chunks per task (default 256)")
     s.add_argument("--wait", action="store_true", help="with --enqueue: follow the job with a progress bar until "
                    "it ends (exit 1 if a batch was dead-lettered)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -1033,9 +1032,17 @@ def main(argv: list[str] | None = None) -> int:
     if bad is not None:
         print(f"error: {bad}: not valid UTF-8 text", file=sys.stderr)
         return 2
-    if getattr(args, "chunk", 1) < 1:
+    chunk = getattr(args, "chunk", None)
+    if chunk is not None and chunk < 1:
         print(f"error: --chunk must be >= 1, got {args.chunk}", file=sys.stderr)
         return 2
+    if chunk is not None and not (getattr(args, "executor", None) == "celery" or getattr(args, "enqueue", False)):
+        sends = "--executor celery" if hasattr(args, "executor") else "--enqueue"
+        print(f"error: --chunk sizes the worker tasks that {sends} sends; without it the work is done here",
+              file=sys.stderr)
+        return 2
+    if hasattr(args, "chunk") and chunk is None:
+        args.chunk = CHUNK
     if getattr(args, "wait", False) and getattr(args, "enqueue", True) is False:
         print("error: --wait follows the job that --enqueue sends; without --enqueue the work is done here",
               file=sys.stderr)

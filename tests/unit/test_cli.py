@@ -129,6 +129,16 @@ def test_errors_are_one_clear_line(args, demo_copy) -> None:
     assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
 
 
+def test_chunk_without_workers_is_refused(tmp_path) -> None:
+    """--chunk sizes the tasks sent to workers; given without them it was ignored."""
+    for args, sends in ((("ingest", str(DEMO), "--chunk", "10"), "--executor celery"),
+                        (("embed", "--chunk", "10"), "--enqueue")):
+        out = cli(*args, "-q", "--index-dir", str(tmp_path / args[0]), check=False)
+        assert out.returncode == 2 and out.stderr == (f"error: --chunk sizes the worker tasks that {sends} sends; "
+                                                      "without it the work is done here\n"), out.stderr
+        assert not (tmp_path / args[0]).exists()
+
+
 def test_an_argument_that_is_not_utf8_is_named(demo_copy) -> None:
     """Bytes the shell passes that are not UTF-8 were a traceback (delete) or an engine's message
     (search --kind); now one line names the argument."""
