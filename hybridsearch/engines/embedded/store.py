@@ -215,7 +215,8 @@ class Store:
                      hashes: Sequence[str] | None = None, only_missing: bool = False) -> int:
         """Attach data computed after ingest to existing chunks, journaled as `op`; unknown ids are
         skipped, and so (in the same transaction, for workers) are chunks whose dense text no longer
-        has the hash in `hashes`, and with `only_missing` chunks that have a row in `table` already.
+        has the hash in `hashes`, and with `only_missing` chunks that have a complete row in `table`
+        already (_COMPLETE: a vector with its passage vectors).
         Returns how many were set."""
         insert = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * (5 if table == 'hdc' else 4))})"
         n = 0
