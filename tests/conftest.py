@@ -22,6 +22,16 @@ DEMO = REPO / "hybridsearch" / "data" / "demo"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+def demo_subset(directory: Path, n: int) -> Path:
+    """A corpus (BEIR corpus.jsonl) of the demo's first `n` documents in `directory`: for tests whose
+    point is not the corpus's size, since each document embedded costs them about a fifth of a second."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = (DEMO / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    assert 0 < n <= len(lines)
+    (directory / "corpus.jsonl").write_text("".join(lines[:n]), encoding="utf-8")
+    return directory
+
+
 @contextmanager
 def opensearch_requests(engine: Any) -> Iterator[list[tuple[str, list[dict[str, Any]]]]]:
     """The searches an OpenSearch engine sends meanwhile, one entry per round trip: what it is for,

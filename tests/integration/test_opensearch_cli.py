@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEMO
+from tests.conftest import DEMO, demo_subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.opensearch]
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
@@ -33,26 +33,27 @@ def index(opensearch_url):
         OpenSearchEngine(opensearch_url, index=n).drop()
 
 
-def test_ingest_stats_search_embed_eval(opensearch_url, index) -> None:
-    out = run("ingest", str(DEMO), "--engine", "opensearch", "--index", index, "--no-embed", "-q")
+def test_ingest_stats_search_embed_eval(opensearch_url, index, tmp_path) -> None:
+    corpus = demo_subset(tmp_path, 80)
+    out = run("ingest", str(corpus), "--engine", "opensearch", "--index", index, "--no-embed", "-q")
     assert out.returncode == 0, out.stderr
-    assert "loaded 242, rejected 0, indexed 242, embedded 0" in out.stdout
+    assert "loaded 80, rejected 0, indexed 80, embedded 0" in out.stdout
     stats = json.loads(run("stats", "--engine", "opensearch", "--index", index, "--json").stdout)
-    assert stats["documents"] == 242 and stats["vectors"] == 0 and stats["hdc_codes"] == 242
+    assert stats["documents"] == 80 and stats["vectors"] == 0 and stats["hdc_codes"] == 80
     assert stats["engine"] == "opensearch" and stats["concrete_index"] == f"{index}-v1"
-    found = json.loads(run("search", "Gödel incompleteness", "--url", opensearch_url, "--index", index,
+    found = json.loads(run("search", "Theorema Egregium", "--url", opensearch_url, "--index", index,
                            "--profile", "lexical", "--json", "-k", "3").stdout)
-    assert found["hits"][0]["id"].startswith("logic-godel") and found["hits"][0]["document"]["title"]
+    assert found["hits"][0]["id"] == "geom-theorema-egregium" and found["hits"][0]["document"]["title"]
     # the graph build updated every chunk: each left a replaced copy (a merge may drop some meanwhile)
     left = re.search(rf"(\d+) replaced copies of chunks count in BM25's statistics until `hybridsearch indices "
                      rf"merge {index}`", out.stdout)
-    assert left is not None and 0 < int(left[1]) <= 242, out.stdout
+    assert left is not None and 0 < int(left[1]) <= 80, out.stdout
     out = run("embed", "--engine", "opensearch", "--index", index, "-q")
-    assert out.returncode == 0 and "embedded 242 chunks" in out.stdout, out.stderr
-    left = re.search(r"(\d+) replaced copies of chunks", out.stdout)  # the vectors' updates left 242 more
-    assert left is not None and 242 <= int(left[1]) <= 484, out.stdout
+    assert out.returncode == 0 and "embedded 80 chunks" in out.stdout, out.stderr
+    left = re.search(r"(\d+) replaced copies of chunks", out.stdout)  # the vectors' updates left 80 more
+    assert left is not None and 80 <= int(left[1]) <= 160, out.stdout
     stats = json.loads(run("stats", "--engine", "opensearch", "--index", index, "--json").stdout)
-    assert stats["vectors"] == 242
+    assert stats["vectors"] == 80
     out = run("search", "Brouwer fixed point", "--engine", "opensearch", "--index", index, "--explain")
     assert out.returncode == 0 and "topo-brouwer-fixed-point" in out.stdout and "dense" in out.stdout
     report = Path(f"/tmp/{index}.json")

@@ -15,7 +15,7 @@ import pytest
 
 from hybridsearch.engines.embedded import EmbeddedEngine
 from indexer.loaders import BeirLoader, LoadReport
-from tests.conftest import DEMO
+from tests.conftest import DEMO, demo_subset
 
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
@@ -341,26 +341,27 @@ def test_ingest_with_celery_equals_inline(redis_url, tmp_path) -> None:
     from query_service.searcher import Searcher
 
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
-    inline = subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(tmp_path / "inline"), "-q"], env=env,
+    corpus = demo_subset(tmp_path / "corpus", 80)
+    inline = subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(tmp_path / "inline"), "-q"], env=env,
                             capture_output=True, text=True)
     assert inline.returncode == 0, inline.stderr
     worker = _worker(env)
     try:
-        out = subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(tmp_path / "celery"), "--executor",
-                              "celery", "--chunk", "50", "-q"], env=env, capture_output=True, text=True, timeout=600)
+        out = subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(tmp_path / "celery"), "--executor",
+                              "celery", "--chunk", "20", "-q"], env=env, capture_output=True, text=True, timeout=600)
     finally:
         _stop(worker)
     assert out.returncode == 0, out.stderr
-    assert "loaded 242, rejected 0, indexed 242, embedded 242" in out.stdout
-    assert out.stdout.count(", done") == 3 and "242 of 242 chunks in 5 of 5 batches" in out.stdout
-    assert "graph, 1 of 1 batches" in out.stdout and "citation graph: 242 works" in out.stdout
-    took = float(re.search(r"embedded 242, in ([0-9.]+)s", out.stdout)[1])  # the workers' time included
+    assert "loaded 80, rejected 0, indexed 80, embedded 80" in out.stdout
+    assert out.stdout.count(", done") == 3 and "80 of 80 chunks in 4 of 4 batches" in out.stdout
+    assert "graph, 1 of 1 batches" in out.stdout and "citation graph: 80 works" in out.stdout
+    took = float(re.search(r"embedded 80, in ([0-9.]+)s", out.stdout)[1])  # the workers' time included
     assert took >= max(float(s) for s in re.findall(r"batches, ([0-9.]+)s, done", out.stdout)) > 0, out.stdout
     a, b = EmbeddedEngine(tmp_path / "inline"), EmbeddedEngine(tmp_path / "celery")
-    assert (b.stats().vectors, b.stats().codes) == (242, 242)
+    assert (b.stats().vectors, b.stats().codes) == (80, 80)
     ids = [i for i in a.store.id_map().values()]
     na, nb = a.neighbors(ids), b.neighbors(ids)
-    assert na == nb and len(nb) == 242 and all(n.authority is not None for n in nb.values())
+    assert na == nb and len(nb) == 80 and all(n.authority is not None for n in nb.values())
     assert sum(len(n.cited_by) for n in nb.values()) > 100 and any(n.cocited for n in nb.values())
     sa, sb = Searcher(a), Searcher(b)
     for q in ("Brouwer fixed point theorem", "compact Hausdorff spaces", "prime number theorem proof",
@@ -380,10 +381,10 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
     """Batches whose index is gone fail for good (not retried): the job says so, exits 1 with how to
     retry; once the index is back, `jobs retry --wait` completes the job."""
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
-    idx = tmp_path / "idx"
-    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 60)
+    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
                           capture_output=True).returncode == 0
-    queued = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "100", "--index-dir", str(idx)], env=env,
+    queued = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "20", "--index-dir", str(idx)], env=env,
                             capture_output=True, text=True)
     assert queued.returncode == 0, queued.stderr
     job = queued.stdout.split("(job ")[1].split(")")[0]
@@ -403,9 +404,9 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
     finally:
         _stop(worker)
     assert fixed.returncode == 0, fixed.stderr
-    assert f"job {job}: embed, 242 of 242 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
+    assert f"job {job}: embed, 60 of 60 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
     engine = EmbeddedEngine(idx)
-    assert engine.stats().vectors == 242
+    assert engine.stats().vectors == 60
     engine.close()
 
 
@@ -418,10 +419,10 @@ def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp
     # a database of its own: workers of other tests on this Redis do not answer its broadcasts
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/5",
            "HYBRIDSEARCH_WORKER_STALL_WARNING": "2"}
-    idx = tmp_path / "idx"
-    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 60)
+    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
                           capture_output=True).returncode == 0
-    follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "100", "--index-dir", str(idx), "-q"],
+    follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "20", "--index-dir", str(idx), "-q"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     worker = None
     try:
@@ -438,12 +439,12 @@ def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp
         if worker is not None:
             _stop(worker)
     assert follow.returncode == 0, err
-    assert "242 of 242 chunks in 3 of 3 batches" in out and "no worker consumes" not in err
+    assert "60 of 60 chunks in 3 of 3 batches" in out and "no worker consumes" not in err
     assert graph.returncode == 0, graph.stderr
     assert "graph, 1 of 1 batches" in graph.stdout and ", done" in graph.stdout
     built = json.loads(subprocess.run([EXE, "graph", "--index-dir", str(idx), "--json"], env=env,
                                       capture_output=True, text=True).stdout)
-    assert built["works"] == 242 and built["built"] is False and built["pagerank_sum"] == pytest.approx(1.0)
+    assert built["works"] == 60 and built["built"] is False and built["pagerank_sum"] == pytest.approx(1.0)
 
 
 @pytest.mark.integration
@@ -453,10 +454,10 @@ def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url,
     worker that takes them: their batches are dead-lettered as expired, so `--wait` ends (exit 1,
     saying so) instead of waiting forever; `jobs retry --wait` then completes the job."""
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/6"}
-    idx = tmp_path / "idx"
-    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 60)
+    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
                           capture_output=True).returncode == 0
-    follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "100", "--index-dir", str(idx), "-q"],
+    follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "20", "--index-dir", str(idx), "-q"],
                               env={**env, "HYBRIDSEARCH_WORKER_TASK_EXPIRES": "1"}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     time.sleep(3)  # every batch expires before a worker starts
@@ -464,7 +465,7 @@ def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url,
     try:
         out, err = follow.communicate(timeout=120)
         assert follow.returncode == 1, (out, err)
-        assert "0 of 242 chunks in 0 of 3 batches" in out and out.rstrip().endswith("failed")
+        assert "0 of 60 chunks in 0 of 3 batches" in out and out.rstrip().endswith("failed")
         assert "3 batches of job" in err and "TaskExpired: waited in the queue longer than" in err
         job = re.search(r"job (\S+): embed", out)[1]
         fixed = subprocess.run([EXE, "jobs", "retry", job, "--wait", "-q"], env=env, capture_output=True, text=True,
@@ -473,7 +474,7 @@ def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url,
         follow.kill()
         _stop(worker)
     assert fixed.returncode == 0, fixed.stderr
-    assert f"job {job}: embed, 242 of 242 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
+    assert f"job {job}: embed, 60 of 60 chunks in 3 of 3 batches" in fixed.stdout and ", done" in fixed.stdout
 
 
 def _graph_works(idx: Path, works: int | None = None) -> int:
@@ -527,13 +528,19 @@ def test_an_enqueued_graph_job_keeps_force_and_prints_json(redis_url, tmp_path) 
 
 
 def _wait_job(env: dict[str, str], job: str, timeout: float) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        listed = {j["id"]: j for j in json.loads(subprocess.run([EXE, "jobs", "--json"], env=env,
-                                                                capture_output=True, text=True).stdout)}
-        if listed[job]["status"] != "running" or time.time() > deadline:
-            return listed[job]
-        time.sleep(0.5)
+    """The job as `jobs --json` lists it, once it is no longer running (or `timeout` seconds passed).
+    It is polled in this process: a `hybridsearch` process every half second would take a core from
+    the workers."""
+    from workers import jobs
+
+    r = jobs.client(env["HYBRIDSEARCH_REDIS_URL"])
+    try:
+        jobs.follow(r, job, lambda _: None, poll=0.5, timeout=timeout)
+    finally:
+        r.close()
+    listed = {j["id"]: j for j in json.loads(subprocess.run([EXE, "jobs", "--json"], env=env,
+                                                            capture_output=True, text=True).stdout)}
+    return listed[job]
 
 
 def _enqueue(env: dict[str, str], idx: Path, chunk: int) -> str:
@@ -564,10 +571,10 @@ def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_p
     import signal
 
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url, "HYBRIDSEARCH_WORKER_VISIBILITY_TIMEOUT": "5"}
-    idx = tmp_path / "idx"
-    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 90)
+    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
                           capture_output=True).returncode == 0
-    job = _enqueue(env, idx, 30)
+    job = _enqueue(env, idx, 10)
     first = subprocess.Popen([EXE, "worker", "--concurrency", "1", "--loglevel", "WARNING", "--hostname",
                               f"first-{time.time_ns()}@%h"], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
@@ -576,17 +583,17 @@ def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_p
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
     done_before = len(_journal_ops(idx, "vector"))
-    assert 0 < done_before < 242
+    assert 0 < done_before < 90
     second = _worker(env, 1)
     try:
         st = _wait_job(env, job, 300)
     finally:
         _stop(second)
-    assert st["status"] == "done" and st["done"] == st["batches"] == 9 and st["docs_done"] == 242
+    assert st["status"] == "done" and st["done"] == st["batches"] == 9 and st["docs_done"] == 90
     ops = _journal_ops(idx, "vector")
-    assert len(ops) == 242 and set(ops.values()) == {1}
+    assert len(ops) == 90 and set(ops.values()) == {1}
     engine = EmbeddedEngine(idx)
-    assert engine.stats().vectors == 242
+    assert engine.stats().vectors == 90
     engine.close()
 
 
@@ -611,12 +618,12 @@ def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
     # tasks unacknowledged when Redis died come back after the visibility timeout
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
            "HYBRIDSEARCH_WORKER_VISIBILITY_TIMEOUT": "10"}
-    idx = tmp_path / "idx"
+    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 90)
     worker = None
     try:
-        assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
+        assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
                               capture_output=True).returncode == 0
-        job = _enqueue(env, idx, 30)
+        job = _enqueue(env, idx, 10)
         worker = _worker(env, 1)
         _wait_for(lambda: bool(_journal_ops(idx, "vector")), 120, "the worker embedded nothing", poll=0.2)
         server.send_signal(signal.SIGKILL)
@@ -633,7 +640,7 @@ def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
     log = worker.stderr.read() if worker is not None and worker.stderr else ""
     assert st["status"] == "done" and st["done"] == 9 and st["failed"] == 0, (st, log[-3000:])
     ops = _journal_ops(idx, "vector")
-    assert len(ops) == 242 and set(ops.values()) == {1}
+    assert len(ops) == 90 and set(ops.values()) == {1}
 
 
 @pytest.mark.integration
@@ -645,11 +652,11 @@ def test_killing_the_index_owner_loses_nothing_acknowledged(redis_url, tmp_path)
     import signal
 
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
-    idx = tmp_path / "idx"
+    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 90)
     worker = _worker(env, 1)
     try:
-        owner = subprocess.Popen([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--executor", "celery",
-                                  "--chunk", "30", "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        owner = subprocess.Popen([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--executor", "celery",
+                                  "--chunk", "10", "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)
         deadline = time.time() + 120
         while not (idx / "store.sqlite").exists() or not _journal_ops(idx, "vector"):
@@ -665,7 +672,7 @@ def test_killing_the_index_owner_loses_nothing_acknowledged(redis_url, tmp_path)
         _stop(worker)
     assert st["status"] == "done" and st["done"] == st["batches"] == 9
     engine = EmbeddedEngine(idx)  # the next owner applies the journal
-    assert engine.count() == 242 and engine.stats().vectors == 242
+    assert engine.count() == 90 and engine.stats().vectors == 90
     doc = engine.get(["topo-compact-space"])["topo-compact-space"]
     vec = engine.vectors(["topo-compact-space"])["topo-compact-space"]
     assert engine.knn(vec, 1).ids == [doc.id]
