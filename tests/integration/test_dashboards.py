@@ -222,19 +222,25 @@ WORKLOAD = [
 
 
 @pytest.fixture(scope="module")
-def workload(opensearch_url: str, encoder: Any) -> Iterator[tuple[Any, str]]:
-    """The demo corpus in a fresh logical index and a logged workload of searches on it; yields
-    (client, logical index name). Removes the corpus afterwards (and the session its query log)."""
+def workload(opensearch_url: str, encoder: Any, demo_index: Path) -> Iterator[tuple[Any, str]]:
+    """The demo corpus in a fresh logical index (with the session's demo vectors, not embedded again)
+    and a logged workload of searches on it; yields (client, logical index name). Removes the corpus
+    afterwards (and the session its query log)."""
     from hybridsearch.config import get_settings
+    from hybridsearch.engines import open_engine
     from hybridsearch.engines.opensearch import OpenSearchEngine
-    from indexer.pipeline import ingest
+    from query_service.parity import copy_corpus
     from query_service.querylog import OpenSearchSink, QueryLog
     from query_service.searcher import Searcher
 
     engine = OpenSearchEngine(opensearch_url, index=f"dash-{uuid.uuid4().hex[:8]}")
     client = engine.client
     try:
-        ingest(engine, DEMO, encoder=encoder, progress=False)
+        source = open_engine(str(demo_index))
+        try:
+            copy_corpus(DEMO, source, engine, log=lambda m: None)
+        finally:
+            source.close()
         log = QueryLog(OpenSearchSink(opensearch_url, get_settings()))
         searcher = Searcher(engine, encoder=encoder, query_log=log, origin="api")
         reasons = [searcher.search(q, p).diagnostics.get("reason", "") for q, p in WORKLOAD]
