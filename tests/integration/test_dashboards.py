@@ -227,7 +227,7 @@ def workload(opensearch_url: str, encoder: Any, demo_index: Path) -> Iterator[tu
     and a logged workload of searches on it; yields (client, logical index name). Removes the corpus
     afterwards (and the session its query log)."""
     from hybridsearch.config import get_settings
-    from hybridsearch.engines import open_engine
+    from hybridsearch.engines.embedded import EmbeddedEngine
     from hybridsearch.engines.opensearch import OpenSearchEngine
     from query_service.parity import copy_corpus
     from query_service.querylog import OpenSearchSink, QueryLog
@@ -236,11 +236,8 @@ def workload(opensearch_url: str, encoder: Any, demo_index: Path) -> Iterator[tu
     engine = OpenSearchEngine(opensearch_url, index=f"dash-{uuid.uuid4().hex[:8]}")
     client = engine.client
     try:
-        source = open_engine(str(demo_index))
-        try:
+        with EmbeddedEngine(demo_index) as source:
             copy_corpus(DEMO, source, engine, log=lambda m: None)
-        finally:
-            source.close()
         log = QueryLog(OpenSearchSink(opensearch_url, get_settings()))
         searcher = Searcher(engine, encoder=encoder, query_log=log, origin="api")
         reasons = [searcher.search(q, p).diagnostics.get("reason", "") for q, p in WORKLOAD]

@@ -381,9 +381,7 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
     """Batches whose index is gone fail for good (not retried): the job says so, exits 1 with how to
     retry; once the index is back, `jobs retry --wait` completes the job."""
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url}
-    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 60)
-    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
-                          capture_output=True).returncode == 0
+    idx = _ingested(env, tmp_path, 60)
     queued = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "20", "--index-dir", str(idx)], env=env,
                             capture_output=True, text=True)
     assert queued.returncode == 0, queued.stderr
@@ -419,9 +417,7 @@ def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp
     # a database of its own: workers of other tests on this Redis do not answer its broadcasts
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/5",
            "HYBRIDSEARCH_WORKER_STALL_WARNING": "2"}
-    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 60)
-    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
-                          capture_output=True).returncode == 0
+    idx = _ingested(env, tmp_path, 60)
     follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "20", "--index-dir", str(idx), "-q"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     worker = None
@@ -454,9 +450,7 @@ def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url,
     worker that takes them: their batches are dead-lettered as expired, so `--wait` ends (exit 1,
     saying so) instead of waiting forever; `jobs retry --wait` then completes the job."""
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/6"}
-    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 60)
-    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
-                          capture_output=True).returncode == 0
+    idx = _ingested(env, tmp_path, 60)
     follow = subprocess.Popen([EXE, "embed", "--enqueue", "--wait", "--chunk", "20", "--index-dir", str(idx), "-q"],
                               env={**env, "HYBRIDSEARCH_WORKER_TASK_EXPIRES": "1"}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -496,9 +490,7 @@ def test_an_enqueued_graph_job_keeps_force_and_prints_json(redis_url, tmp_path) 
     of such a job (the worker used to find the input unchanged and do nothing); `--json` prints the
     job's state as `jobs --json` does, not text lines."""
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/8"}
-    idx = tmp_path / "idx"
-    assert subprocess.run([EXE, "ingest", str(DEMO), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
-                          capture_output=True).returncode == 0
+    idx = _ingested(env, tmp_path, 242)  # the whole demo
     assert _graph_works(idx, 1) == 1
     queued = subprocess.run([EXE, "graph", "--index-dir", str(idx), "--enqueue", "--force", "--json"], env=env,
                             capture_output=True, text=True)
@@ -543,6 +535,15 @@ def _wait_job(env: dict[str, str], job: str, timeout: float) -> dict:
     return listed[job]
 
 
+def _ingested(env: dict[str, str], tmp_path: Path, n: int) -> Path:
+    """The index `tmp_path / "idx"` of the demo's first `n` documents, ingested without vectors."""
+    idx = tmp_path / "idx"
+    out = subprocess.run([EXE, "ingest", str(demo_subset(tmp_path / "corpus", n)), "--index-dir", str(idx),
+                          "--no-embed", "-q"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return idx
+
+
 def _enqueue(env: dict[str, str], idx: Path, chunk: int) -> str:
     queued = subprocess.run([EXE, "embed", "--enqueue", "--chunk", str(chunk), "--index-dir", str(idx)], env=env,
                             capture_output=True, text=True)
@@ -571,9 +572,7 @@ def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_p
     import signal
 
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url, "HYBRIDSEARCH_WORKER_VISIBILITY_TIMEOUT": "5"}
-    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 90)
-    assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
-                          capture_output=True).returncode == 0
+    idx = _ingested(env, tmp_path, 90)
     job = _enqueue(env, idx, 10)
     first = subprocess.Popen([EXE, "worker", "--concurrency", "1", "--loglevel", "WARNING", "--hostname",
                               f"first-{time.time_ns()}@%h"], env=env, stdout=subprocess.DEVNULL,
@@ -618,11 +617,9 @@ def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
     # tasks unacknowledged when Redis died come back after the visibility timeout
     env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": f"redis://127.0.0.1:{port}/0",
            "HYBRIDSEARCH_WORKER_VISIBILITY_TIMEOUT": "10"}
-    idx, corpus = tmp_path / "idx", demo_subset(tmp_path / "corpus", 90)
     worker = None
     try:
-        assert subprocess.run([EXE, "ingest", str(corpus), "--index-dir", str(idx), "--no-embed", "-q"], env=env,
-                              capture_output=True).returncode == 0
+        idx = _ingested(env, tmp_path, 90)
         job = _enqueue(env, idx, 10)
         worker = _worker(env, 1)
         _wait_for(lambda: bool(_journal_ops(idx, "vector")), 120, "the worker embedded nothing", poll=0.2)
