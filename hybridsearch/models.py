@@ -155,11 +155,27 @@ class Document(_Model):
         title, then each sentence of the text (split after . ! or ? where the next sentence starts
         with a capital, a digit or a bracket), at most MAX_PASSAGES (the last one holds the rest).
         All derive from `dense_text`, so a chunk's passages change exactly when its vector does."""
-        parts = [self.title.strip()] + [s.strip() for s in _SENTENCE_END.split(self.text)]
-        parts = [p for p in parts if p]
+        parts = self._sentences()
         if len(parts) > MAX_PASSAGES:
             parts[MAX_PASSAGES - 1:] = [" ".join(parts[MAX_PASSAGES - 1:])]
         return parts
+
+    @property
+    def passage_spans(self) -> list[tuple[int, int]]:
+        """Where each of `passages` lies in `dense_text`: (start, end) character offsets (the last
+        of MAX_PASSAGES spans the sentences it joins)."""
+        dense, pos, spans = self.dense_text, 0, []
+        for part in self._sentences():
+            start = dense.find(part, pos)
+            pos = start + len(part)
+            spans.append((start, pos))
+        if len(spans) > MAX_PASSAGES:
+            spans[MAX_PASSAGES - 1:] = [(spans[MAX_PASSAGES - 1][0], spans[-1][1])]
+        return spans
+
+    def _sentences(self) -> list[str]:
+        parts = [self.title.strip()] + [s.strip() for s in _SENTENCE_END.split(self.text)]
+        return [p for p in parts if p]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from hybridsearch import plugins
 from hybridsearch.analysis import ANALYSIS_RULES, default_analyzer
 from hybridsearch.config import get_settings
-from hybridsearch.embeddings import Encoder
+from hybridsearch.embeddings import Encoder, PassagePooling
 from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, check_lexicon, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import HybridSearchError, IndexNotFoundError, UnsupportedCapabilityError, ValidationError
@@ -165,24 +165,76 @@ def count_records(path: Path) -> int | None:
 def embed(encoder: Encoder, batch: Sequence[Document], progress: Callable[[float], None] | None = None
           ) -> tuple[np.ndarray, list[np.ndarray]]:
     """The batch's vectors (of each dense text) and passage vectors (of each Document.passages, a
-    matrix per chunk), encoded one model batch (HYBRIDSEARCH_EMBEDDING_BATCH_SIZE, 16: about a second
-    of work on two cores for dense texts) at a time so that a progress bar moves at least that
-    often; passages, about a tenth as long, go eight times as many at once."""
-    step = get_settings().embedding_batch_size
+    matrix per chunk). What is encoded forms one queue sorted by length, longest first, so that
+    each model batch pads little, encoded a piece of about PIECE_CHARS at a time so that a progress
+    bar moves at least every second or two (`progress` gets the fraction done). With
+    HYBRIDSEARCH_PASSAGE_VECTORS=pooled and an encoder that pools, a chunk's passages are pooled
+    from its own forward pass, and only those past the model's window are encoded alone."""
     texts = [d.dense_text for d in batch]
     passages = [d.passages for d in batch]
-    flat = [p for ps in passages for p in ps]
-    steps = [(texts, i, step) for i in range(0, len(texts), step)] + [
-        (flat, i, 8 * step) for i in range(0, len(flat), 8 * step)]
-    parts = []
-    for n, (source, i, size) in enumerate(steps, 1):
-        parts.append(encoder.encode(source[i:i + size]))
+    vectors = np.zeros((len(texts), encoder.dim), dtype=np.float32)
+    found: list[list[np.ndarray | None]] = [[None] * len(ps) for ps in passages]
+    total = sum(_read_chars(t) for t in texts + [p for ps in passages for p in ps]) or 1
+    done = 0
+
+    def tick(part: Sequence[str]) -> None:
+        nonlocal done
+        done += sum(_read_chars(t) for t in part)
         if progress is not None:
-            progress(n / len(steps))
-    rows = np.concatenate(parts) if parts else np.zeros((0, encoder.dim), dtype=np.float32)
-    vectors, rest = rows[:len(texts)], rows[len(texts):]
-    ends = np.cumsum([len(p) for p in passages], dtype=int)
-    return vectors, [rest[e - len(p):e] for p, e in zip(passages, ends, strict=True)]
+            progress(min(done / total, 1.0))
+
+    pooler = encoder if get_settings().passage_vectors == "pooled" and isinstance(encoder, PassagePooling) else None
+    pooled = pooler is not None
+    if pooler is not None:
+        for part in _pieces(texts):
+            got = pooler.encode_pooled([texts[i] for i in part], [batch[i].passage_spans for i in part])
+            if got is None:  # this encoder cannot pool here (another runtime): every text alone
+                pooled = False
+                break
+            vectors[part] = got[0]
+            for i, ps in zip(part, got[1], strict=True):
+                found[i] = ps
+            tick([texts[i] for i in part])
+    # (chunk, -1) for a chunk's own text, (chunk, passage) for a passage encoded alone
+    queue = [] if pooled else [(c, -1) for c in range(len(texts))]
+    queue += [(c, j) for c, ps in enumerate(found) for j, v in enumerate(ps) if v is None]
+    queued = [texts[c] if j < 0 else passages[c][j] for c, j in queue]
+    for part in _pieces(queued):
+        for i, row in zip(part, encoder.encode([queued[i] for i in part]), strict=True):
+            c, j = queue[i]
+            if j < 0:
+                vectors[c] = row
+            else:
+                found[c][j] = row
+        tick([queued[i] for i in part])
+    return vectors, [np.vstack([v for v in ps if v is not None]) if ps else np.zeros((0, encoder.dim), dtype=np.float32)
+                     for ps in found]
+
+
+# characters of text per encode call of `embed`: about 16 texts the model truncates (256 word pieces,
+# about 1,200 characters), a second of work on two cores, or about 200 sentences
+PIECE_CHARS = 20_000
+_TRUNCATED_CHARS = 1_200
+
+
+def _read_chars(text: str) -> int:
+    """About how much of a text the model reads: all of it up to _TRUNCATED_CHARS."""
+    return min(len(text), _TRUNCATED_CHARS)
+
+
+def _pieces(texts: Sequence[str]) -> Iterator[list[int]]:
+    """The texts' indexes, longest text first, cut into pieces of about PIECE_CHARS read."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    part: list[int] = []
+    size = 0
+    for i in order:
+        part.append(i)
+        size += _read_chars(texts[i])
+        if size >= PIECE_CHARS:
+            yield part
+            part, size = [], 0
+    if part:
+        yield part
 
 
 def _work_batches(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
@@ -237,24 +289,32 @@ def _drop_stale_chunks(engine: Engine, batch: Sequence[Document], written: set[s
 
 def embed_missing(engine: Engine, encoder: Encoder, *, progress: bool = True,
                   batch_size: int = BATCH) -> int:
-    """Embed every stored chunk that has no vector yet (resumable: done batches stay done)."""
+    """Embed every stored chunk that has no vector yet (resumable: done batches stay done). The
+    bar moves with every piece of a batch that is encoded, showing documents/s and an ETA."""
     missing = engine.missing_vectors()
     bar = tqdm(total=len(missing), desc="embed", unit="doc", disable=not progress or not missing,
-               leave=False)
+               leave=False, mininterval=1.0)
     try:
         for i in range(0, len(missing), batch_size):
             chunk = missing[i:i + batch_size]
-            embed_ids(engine, encoder, [d for _, d in chunk])
-            bar.update(len(chunk))
+
+            def advance(fraction: float, start: int = i, size: int = len(chunk)) -> None:
+                bar.n = start + size * fraction
+                bar.refresh()
+
+            embed_ids(engine, encoder, [d for _, d in chunk], advance)
+            bar.n = i + len(chunk)
+            bar.refresh()
     finally:
         bar.close()
     return len(missing)
 
 
-def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document]) -> None:
+def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document],
+              progress: Callable[[float], None] | None = None) -> None:
     """Embed the given documents and store their vectors and passage vectors, each only if its
     chunk's dense text is still the one embedded."""
-    vectors, passages = embed(encoder, docs)
+    vectors, passages = embed(encoder, docs, progress)
     engine.set_vectors([d.id for d in docs], vectors, texts=[d.dense_text for d in docs], passages=passages)
 
 
