@@ -562,7 +562,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         profile = _profile_for(args).with_overrides(_parse_sets(args.set))
         loaded = None
         if args.query.strip() and (args.k is None or check_k(args.k)):  # a bad request fails before the load
-            loaded = _load_encoder(profile)
+            loaded = _load_encoder(profile, engine)
         result = searcher.search(args.query, profile, k=args.k, with_documents=True, filters=_filters(args),
                                  intent=args.intent)
         if args.json:
@@ -570,6 +570,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:
             took = "" if loaded is None else f"; the embedding model loaded in {loaded:.1f} s before it"
             print(f"query: {args.query}   ({result.diagnostics['profile']}, {result.diagnostics['ms']:.1f} ms{took})")
+            note = result.diagnostics.get("no_vectors") or result.diagnostics.get("vectors_missing")
+            if note:
+                print(f"note: {note}")
             _print_hits(result)
             if args.explain:
                 print("explanation (final score = sum of contributions):")
@@ -581,12 +584,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_encoder(profile: Any) -> float | None:
-    """Load the embedding model when a search with the profile will embed its query, so that the
-    search's own time (printed and logged) is not the model's loading; its seconds, or None."""
+def _load_encoder(profile: Any, engine: Any) -> float | None:
+    """Load the embedding model when a search with the profile will embed its query (the index
+    holds vectors), so that the search's own time (printed and logged) is not the model's loading;
+    its seconds, or None."""
     from hybridsearch.embeddings import default_encoder
+    from hybridsearch.engines import VectorSearch
 
-    if not profile.embeds_query():
+    if not profile.embeds_query() or (isinstance(engine, VectorSearch) and not engine.has_vectors()):
         return None
     t = time.perf_counter()
     default_encoder().encode(["warm up"], query=True)
@@ -604,6 +609,31 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         for k, v in stats.items():
             print(f"{k:>18}: {v}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from hybridsearch.embedcache import embedding_cache
+
+    cache = embedding_cache()
+    if cache is None:
+        raise HybridSearchError("the embedding cache is off (HYBRIDSEARCH_EMBEDDING_CACHE_MAX_MB=0) or cannot be "
+                                "opened (see the warning above)")
+    if args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.path}")
+        return 0
+    st = cache.stats()
+    exports = sorted(p.name for p in cache.path.parent.glob("*.onnx"))
+    if args.json:
+        print(json.dumps({"path": str(st.path), "entries": st.entries, "bytes": st.bytes, "max_bytes": st.max_bytes,
+                          "encoders": st.encoders, "exports": exports}, indent=2))
+        return 0
+    print(f"path: {st.path}\nentries: {st.entries} chunks\nsize: {st.bytes / 2**20:.1f} MB of "
+          f"{st.max_bytes / 2**20:.0f} MB (least recently used entries go first)")
+    for name, n in sorted(st.encoders.items()):
+        print(f"  {n} chunks embedded by {name}")
+    for name in exports:
+        print(f"model export: {cache.path.parent / name}")
     return 0
 
 
@@ -863,6 +893,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", parents=[common, engine_opts], help="index statistics")
     s.add_argument("--json", action="store_true", help="print the statistics as JSON")
     s.set_defaults(func=cmd_stats)
+
+    s = sub.add_parser("cache", help="the embedding cache (HYBRIDSEARCH_EMBEDDING_CACHE): show or empty it",
+                       description="Example: hybridsearch cache; hybridsearch cache clear")
+    s.add_argument("action", nargs="?", choices=["stats", "clear"], default="stats",
+                   help="stats (the default): where it is, its entries by encoder and its size; clear: delete "
+                   "every entry (the ONNX exports stay)")
+    s.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    s.set_defaults(func=cmd_cache)
 
     s = sub.add_parser("eval", parents=[common, engine_opts], help="evaluate on a BEIR dataset")
     s.add_argument("dataset", help="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/)")

@@ -60,8 +60,11 @@ class Settings(BaseSettings):
         default="separate", description="separate: each passage (the title, each sentence) is embedded alone; "
         "pooled: from the token embeddings of its chunk's own forward pass (one pass per chunk; the passages past "
         "the model's 256 word pieces alone), where the encoder can (the default runtime)")
+    embedding_cache_max_mb: int = Field(default=4096, ge=0, description="size of the embedding cache (every "
+                                        "chunk's vectors by encoder and text, in embedding_cache) before the "
+                                        "least recently used entries go; 0: no cache")
     embedding_cache: Path = Field(default_factory=lambda: _user_cache() / "hybridsearch",
-                                  description="where the encoder keeps its ONNX export "
+                                  description="where the encoder keeps its ONNX export and the embedding cache "
                                   "(default: $XDG_CACHE_HOME or ~/.cache, then hybridsearch)")
     intent_classifier: str = Field(default="rules", description="the query-intent plugin (group "
                                    "hybridsearch.intents): lookup, survey, compare, prereq or related")

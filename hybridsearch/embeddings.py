@@ -186,6 +186,14 @@ class MiniLMEncoder:
         return "onnxruntime-int8" if self._runtime == "onnx-int8" else "onnxruntime"
 
     @property
+    def identity(self) -> str:
+        """What makes this encoder's vectors, for the embedding cache's key: the model, the runtime
+        that embeds documents (with its precision) and the export's version."""
+        if self._runtime != "torch":
+            self._onnx()
+        return f"{MODEL_NAME}|{self.runtime}|export {EXPORT_VERSION}|{_export_key(self._runtime)}"
+
+    @property
     def query_runtime(self) -> str:
         """What runs queries: "onnxruntime" or "torch" (known after the first query; "torch"
         before it)."""

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -16,6 +17,8 @@ from tqdm import tqdm
 from hybridsearch import plugins
 from hybridsearch.analysis import ANALYSIS_RULES, default_analyzer
 from hybridsearch.config import get_settings
+from hybridsearch.embedcache import embedding_cache
+from hybridsearch.embedcache import key as cache_key
 from hybridsearch.embeddings import Encoder, PassagePooling
 from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, check_lexicon, is_url, open_engine
 from hybridsearch.engines.embedded.store import Store
@@ -36,6 +39,7 @@ class IngestSummary:
     indexed: int = 0
     embedded: int = 0
     kept: int = 0  # chunks whose stored vector is for the text they bring: not embedded again
+    cached: int = 0  # chunks whose vectors came from the embedding cache
     replaced: int = 0
     seconds: float = 0.0
     graph: GraphSummary | None = None
@@ -43,8 +47,9 @@ class IngestSummary:
 
     def lines(self) -> list[str]:
         kept = f" (kept the vectors of {self.kept} unchanged chunks)" if self.kept else ""
+        cached = f" ({self.cached} of them from the embedding cache)" if self.cached else ""
         out = [f"loaded {self.loaded}, rejected {len(self.rejected)}, indexed {self.indexed}, "
-               f"embedded {self.embedded}{kept}, in {self.seconds:.1f}s"]
+               f"embedded {self.embedded}{kept}, in {self.seconds:.1f}s{cached}"]
         if self.replaced:
             out.append(f"removed {self.replaced} chunks that the new versions of their works no longer have")
         if self.graph is not None:
@@ -109,8 +114,9 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
             if batch:
                 kept = _vectors_to_keep(engine, batch) if encoder is not None else set()
                 fresh = [d for d in batch if d.id not in kept]
-                vectors, passages = (embed(encoder, fresh, partial(advance, records)) if encoder is not None and fresh
-                                     else (None, None))
+                got = embed(encoder, fresh, partial(advance, records)) if encoder is not None and fresh else None
+                vectors, passages = (None, None) if got is None else (got.vectors, got.passages)
+                summary.cached += 0 if got is None else got.cached
                 codes = {d.id: hdc_encoder.encode_document(d) for d in batch} if hdc_encoder is not None else None
                 # written without vectors, chunks whose text is unchanged keep the ones stored
                 for part, vecs, pas in (([d for d in batch if d.id in kept], None, None), (fresh, vectors, passages)):
@@ -162,14 +168,50 @@ def count_records(path: Path) -> int | None:
     return None
 
 
+class Embedded(NamedTuple):
+    vectors: np.ndarray  # (chunks, dim)
+    passages: list[np.ndarray]  # a (passages, dim) matrix per chunk
+    cached: int  # chunks whose vectors came from the embedding cache
+
+
 def embed(encoder: Encoder, batch: Sequence[Document], progress: Callable[[float], None] | None = None
-          ) -> tuple[np.ndarray, list[np.ndarray]]:
+          ) -> Embedded:
     """The batch's vectors (of each dense text) and passage vectors (of each Document.passages, a
-    matrix per chunk). What is encoded forms one queue sorted by length, longest first, so that
-    each model batch pads little, encoded a piece of about PIECE_CHARS at a time so that a progress
-    bar moves at least every second or two (`progress` gets the fraction done). With
-    HYBRIDSEARCH_PASSAGE_VECTORS=pooled and an encoder that pools, a chunk's passages are pooled
-    from its own forward pass, and only those past the model's window are encoded alone."""
+    matrix per chunk), from the machine's embedding cache (hybridsearch.embedcache) where it holds
+    them for this encoder, else encoded and then kept there. An encoder without an `identity`
+    is not cached."""
+    identity = getattr(encoder, "identity", None)
+    cache = embedding_cache() if identity else None
+    if cache is None:
+        return Embedded(*_encode(encoder, batch, progress), cached=0)
+    identity = f"{identity}|passages={get_settings().passage_vectors}"
+    keys = [cache_key(identity, d.dense_text, d.passages) for d in batch]
+    hits = cache.get(keys, encoder.dim)
+    todo = [i for i, k in enumerate(keys) if k not in hits]
+    done = len(hits) / len(batch)  # a cache hit is about free
+    if progress is not None and hits:
+        progress(done)
+    vectors, passages = _encode(encoder, [batch[i] for i in todo],
+                                None if progress is None else lambda f: progress(done + f * (1 - done)))
+    cache.put(identity, [(keys[i], np.vstack([vectors[n:n + 1], passages[n]])) for n, i in enumerate(todo)])
+    out_vecs = np.zeros((len(batch), encoder.dim), dtype=np.float32)
+    out_pas: list[np.ndarray] = [np.zeros((0, encoder.dim), dtype=np.float32)] * len(batch)
+    for n, i in enumerate(todo):
+        out_vecs[i], out_pas[i] = vectors[n], passages[n]
+    for i, k in enumerate(keys):
+        if k in hits:
+            out_vecs[i], out_pas[i] = hits[k][0], hits[k][1:]
+    return Embedded(out_vecs, out_pas, len(hits))
+
+
+def _encode(encoder: Encoder, batch: Sequence[Document], progress: Callable[[float], None] | None = None
+            ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The batch's vectors and passage vectors from the encoder. What is encoded forms one queue
+    sorted by length, longest first, so that each model batch pads little, encoded a piece of about
+    PIECE_CHARS at a time so that a progress bar moves at least every second or two (`progress` gets
+    the fraction done). With HYBRIDSEARCH_PASSAGE_VECTORS=pooled and an encoder that pools, a
+    chunk's passages are pooled from its own forward pass, and only those past the model's window
+    are encoded alone."""
     texts = [d.dense_text for d in batch]
     passages = [d.passages for d in batch]
     vectors = np.zeros((len(texts), encoder.dim), dtype=np.float32)
@@ -314,7 +356,7 @@ def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document],
               progress: Callable[[float], None] | None = None) -> None:
     """Embed the given documents and store their vectors and passage vectors, each only if its
     chunk's dense text is still the one embedded."""
-    vectors, passages = embed(encoder, docs, progress)
+    vectors, passages, _ = embed(encoder, docs, progress)
     engine.set_vectors([d.id for d in docs], vectors, texts=[d.dense_text for d in docs], passages=passages)
 
 
@@ -326,7 +368,7 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     batch run twice does nothing the second time; unknown ids are skipped. Returns how many were
     embedded."""
     def into_store(store: Store, docs: list[Document]) -> None:
-        vectors, passages = embed(encoder, docs)
+        vectors, passages, _ = embed(encoder, docs)
         store.set_vectors([d.id for d in docs], vectors, encoder.name, texts=[d.dense_text for d in docs],
                           only_missing=True, passages=passages)
 

@@ -36,8 +36,12 @@ class QueryContext:
 
     def __init__(self, text: str, filters: Filters | None = None, encoder: Encoder | None = None, *,
                  role: str | None = None, acts: str | None = None, variants: Sequence[str] = (),
-                 intent: Intent | None = None) -> None:
+                 intent: Intent | None = None, vectorless: bool = False) -> None:
         self.text = text
+        # the index held no vector when the search began: no model is loaded for the query, whose
+        # "vector" is a fixed unit vector (nothing stored to compare it with; a vector written while
+        # this one search runs gets a meaningless cosine from it, and the next search embeds)
+        self.vectorless = vectorless
         self.intent = intent  # query understanding's verdict (query_service.intent)
         self.filters = filters
         self.variants = list(variants)  # expansion: other phrasings of the same query
@@ -51,7 +55,9 @@ class QueryContext:
     def vector(self) -> np.ndarray:
         if self._vector is None:
             t = time.perf_counter()
-            self._vectors = (self._encoder or default_encoder()).encode([self.text, *self.variants], query=True)
+            encoder = self._encoder or default_encoder()
+            self._vectors = (np.eye(1 + len(self.variants), encoder.dim, dtype=np.float32) if self.vectorless
+                             else encoder.encode([self.text, *self.variants], query=True))
             self.embed_ms = round((time.perf_counter() - t) * 1000, 3)
             self._vector = self._vectors[0]
         return self._vector

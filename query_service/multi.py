@@ -98,6 +98,9 @@ class MultiEngine:
     def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return self._routed("passage_vectors", ids)
 
+    def has_vectors(self) -> bool:
+        return any(e.has_vectors() for e in self.engines.values())
+
     def get(self, ids: Sequence[str]) -> dict[str, Document]:
         return self._routed("get", ids)
 

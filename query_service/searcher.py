@@ -159,6 +159,13 @@ class Searcher:
         self._measuring: dict[Any, Future[_Domain]] = {}
         self._domain_pool: ThreadPoolExecutor | None = None
         self._closed = False  # under the domain lock: no background measure starts after close
+        self._has_vectors = False  # the index was seen to hold a vector
+
+    def _holds_vectors(self, engine: Any) -> bool:
+        """Whether the index holds any vector; once it has, that is not asked again."""
+        if not self._has_vectors:
+            self._has_vectors = not isinstance(engine, VectorSearch) or engine.has_vectors()
+        return self._has_vectors
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
         """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
@@ -231,7 +238,12 @@ class Searcher:
         expands = prof.citation is not None or prof.expansion == "symbolic"
         text = understood.focus if expands and understood.name in ("prereq", "related") else query
         expand = _EXPANSIONS.get(prof.expansion or "")
-        ctx = QueryContext(text, filters, self.encoder, variants=expand(text) if expand else (), intent=understood)
+        vectorless = prof.embeds_query() and not self._holds_vectors(engine)
+        if vectorless:
+            diag["no_vectors"] = ("the index holds no vectors, so the hits were ranked without the dense channel and "
+                                  "the semantic rules; `hybridsearch embed` adds them")
+        ctx = QueryContext(text, filters, self.encoder, variants=expand(text) if expand else (), intent=understood,
+                           vectorless=vectorless)
         if ctx.variants:
             diag["variants"] = ctx.variants
         fuser = self._fuser(prof) if len(prof.channels) > 1 or prof.escalation else None

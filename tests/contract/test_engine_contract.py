@@ -302,6 +302,16 @@ def test_vector_sample_takes_the_same_chunks_on_every_engine(blank) -> None:
     assert got.shape == (10, 384) and np.allclose(got, vecs[want], atol=1e-5)
 
 
+def test_has_vectors_says_whether_any_chunk_holds_one(blank) -> None:
+    assert blank.has_vectors() is False  # before the first write too
+    blank.write([Document(id="a", title="Alpha", text="No vector yet.")])
+    assert blank.has_vectors() is False
+    blank.set_vectors(["a"], unit_vectors(1), passages=[unit_vectors(1)])
+    assert blank.has_vectors() is True
+    blank.delete(["a"])
+    assert blank.has_vectors() is False
+
+
 def test_vectors_and_codes_follow_the_text(engine) -> None:
     # same dense text, no vectors given: the vector stays; changed text: it is dropped
     engine.write([DOCS[2].model_copy(update={"subjects": ["algebra"]})])

@@ -20,6 +20,13 @@ from tests.conftest import DEMO, demo_subset
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
 
 
+@pytest.fixture(autouse=True)
+def _no_embedding_cache(monkeypatch) -> None:  # noqa: ANN001
+    """Faults must strike while vectors are computed, and each test counts its own embedding: no
+    chunk comes from the machine's embedding cache (tests/integration/test_embedding_cache.py)."""
+    monkeypatch.setenv("HYBRIDSEARCH_EMBEDDING_CACHE_MAX_MB", "0")
+
+
 def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
     """A real Celery worker process (one task at a time) on the test's Redis."""
     return subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",

@@ -146,3 +146,21 @@ def test_an_argument_that_is_not_utf8_is_named(demo_copy) -> None:
                        ([b"delete", b"\xff"], "ids")):
         out = subprocess.run([EXE, *args, b"--index-dir", str(demo_copy).encode()], capture_output=True, timeout=300)
         assert out.returncode == 2 and out.stderr.decode() == f"error: {name}: not valid UTF-8 text\n", out.stderr
+
+
+def test_a_search_of_an_index_without_vectors_loads_no_model_and_says_so(tmp_path) -> None:
+    """Run as the command runs: neither torch nor ONNX Runtime is imported for it."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "bfp", "title": "Brouwer fixed point theorem", "text": "A map has a fixed "
+                                  "point."}) + "\n" + json.dumps({"id": "x", "title": "Other", "text": "Text."}) + "\n")
+    cli("ingest", str(corpus), "--index-dir", str(tmp_path / "idx"), "--no-embed", "-q")
+    code = ("import sys; from hybridsearch.cli import main\n"
+            "try:\n    main()\nfinally:\n"
+            "    print('loaded:', sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, "search", "Brouwer fixed point", "--index-dir",
+                          str(tmp_path / "idx"), "-k", "3"], capture_output=True, text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and "embedding model" not in lines[0], out.stderr
+    assert lines[1] == ("note: the index holds no vectors, so the hits were ranked without the dense channel and the "
+                        "semantic rules; `hybridsearch embed` adds them")
+    assert "bfp" in lines[3] and lines[-1] == "loaded: []"

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from hybridsearch.models import Document
 from hybridsearch.config import get_settings
+from hybridsearch.models import Document
 from indexer.pipeline import _TRUNCATED_CHARS, PIECE_CHARS, count_records, embed
 from tests.conftest import DEMO
 
@@ -32,7 +32,7 @@ def test_the_bar_moves_within_a_batch_and_each_chunk_gets_its_own_passages() -> 
             for i in range(100)]
     seen: list[float] = []
     enc = CountingEncoder()
-    vecs, passages = embed(enc, docs, seen.append)
+    vecs, passages, _ = embed(enc, docs, seen.append)
     # dense texts and passages are one queue, longest first, encoded in pieces of about PIECE_CHARS
     read = sum(min(len(t), _TRUNCATED_CHARS) for d in docs for t in [d.dense_text, *d.passages])
     assert vecs.shape == (100, 4) and enc.calls == len(seen) >= read // PIECE_CHARS
@@ -49,9 +49,9 @@ def test_pooled_passages_come_from_the_chunks_own_pass_and_those_past_its_window
     docs = [Document(id="a", title="", text="Brouwer fixed point theorem."),
             Document(id="b", title="Heine-Borel", text=long)]
     monkeypatch.setattr(get_settings(), "passage_vectors", "pooled")
-    vecs, passages = embed(encoder, docs)
+    vecs, passages, _ = embed(encoder, docs)
     monkeypatch.setattr(get_settings(), "passage_vectors", "separate")
-    alone_vecs, alone = embed(encoder, docs)
+    alone_vecs, alone, _ = embed(encoder, docs)
     assert (vecs * alone_vecs).sum(axis=1).min() > 0.9999  # the chunks' own vectors are the same
     assert [len(p) for p in passages] == [len(d.passages) for d in docs] == [1, 61]
     assert np.allclose(np.linalg.norm(np.vstack(passages), axis=1), 1.0, atol=1e-5)

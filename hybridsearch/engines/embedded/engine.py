@@ -335,6 +335,9 @@ class EmbeddedEngine:
         best = np.maximum.reduceat(np.concatenate(list(found.values())) @ vec, np.cumsum([0, *sizes[:-1]]))
         return dict(zip(found, best.tolist(), strict=True))
 
+    def has_vectors(self) -> bool:
+        return self.store.has_vectors()
+
     def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         self.refresh()
         labels = {self._label_of[i]: i for i in ids if i in self._label_of}

@@ -367,6 +367,9 @@ class Store:
     def count(self) -> int:
         return int(self._read().execute("SELECT count(*) FROM chunks").fetchone()[0])
 
+    def has_vectors(self) -> bool:
+        return self._read().execute("SELECT 1 FROM vectors LIMIT 1").fetchone() is not None
+
     def count_vectors(self) -> int:
         return int(self._read().execute("SELECT count(*) FROM vectors").fetchone()[0])
 

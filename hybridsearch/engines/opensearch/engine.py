@@ -947,6 +947,12 @@ class OpenSearchEngine:
             out.update({Q.hit_id(h): Q.cosine_from_score(float(h["_score"]), "cosinesimil") for h in hits})
         return out
 
+    def has_vectors(self) -> bool:
+        try:
+            return self._count({"exists": {"field": "dense"}}) > 0
+        except IndexNotFoundError:  # before the first write
+            return False
+
     def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         return {i: np.asarray([p["v"] for p in s["passages"]], dtype=np.float32)
                 for i, s in self._sources(ids, ["passages"]).items() if s.get("passages")}
