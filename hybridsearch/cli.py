@@ -346,7 +346,7 @@ def _follow_jobs(job_ids: list[str], quiet: bool, as_json: bool = False) -> tupl
 
         def show(st: jobs.JobState, bar: tqdm = bar, by_batch: bool = by_batch,  # type: ignore[type-arg]
                  stall: _StallWatch = stall) -> None:
-            bar.n = st.done if by_batch else st.docs_done
+            bar.n = st.done if by_batch else min(st.docs_done + st.docs_partial, st.docs)
             bar.set_postfix_str(f"batches {st.done}/{st.batches}, failed {st.failed}", refresh=True)
             stall.check(st)
 

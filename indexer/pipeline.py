@@ -360,19 +360,20 @@ def embed_ids(engine: Engine, encoder: Encoder, docs: Sequence[Document],
     engine.set_vectors([d.id for d in docs], vectors, texts=[d.dense_text for d in docs], passages=passages)
 
 
-def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: str | None = None) -> int:
+def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: str | None = None,
+                 progress: Callable[[float], None] | None = None) -> int:
     """Embed chunks by id and store their vectors: what a worker runs. A URL target is written
     through its engine (`index` names the logical index); a directory gets the vectors appended to
     its journal (op `vector`) without opening the derived indexes, and the process that owns the
     index applies them. Only chunks without a vector for their current text are embedded, so a
     batch run twice does nothing the second time; unknown ids are skipped. Returns how many were
-    embedded."""
+    embedded. `progress` gets the fraction of the chunks to embed that is done."""
     def into_store(store: Store, docs: list[Document]) -> None:
-        vectors, passages, _ = embed(encoder, docs)
+        vectors, passages, _ = embed(encoder, docs, progress)
         store.set_vectors([d.id for d in docs], vectors, encoder.name, texts=[d.dense_text for d in docs],
                           only_missing=True, passages=passages)
 
-    return _derive_at(target, ids, index, "vectors", lambda engine, docs: embed_ids(engine, encoder, docs),
+    return _derive_at(target, ids, index, "vectors", lambda engine, docs: embed_ids(engine, encoder, docs, progress),
                       into_store)
 
 

@@ -44,6 +44,7 @@ class JobState:
     created: float
     finished: float | None
     force: bool = False  # a graph job that builds even an unchanged graph (kept for `jobs retry`)
+    docs_partial: int = 0  # chunks done so far inside batches still running (a progress bar's share)
 
     @property
     def seconds(self) -> float:
@@ -82,10 +83,12 @@ def create(r: redis.Redis, kind: str, target: str, index: str | None, batches: S
 # One atomic step per batch outcome: a batch already done stays done (a late dead-letter of it is
 # ignored), a batch is counted once however often it is delivered, and the status is worked out
 # again every time, so that concurrent batches can never leave a stale one (a job "failed" on a
-# dead-lettered batch whose redelivered copy succeeds later becomes "done"). KEYS: job hash, :done,
-# :failed; ARGV: batch, docs, error ("" when done).
+# dead-lettered batch whose redelivered copy succeeds later becomes "done"). A batch's partial
+# progress ends with it. KEYS: job hash, :done, :failed, :partial; ARGV: batch, docs, error ("" when
+# done).
 _RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[4], ARGV[1])
 local ttl = redis.call('PTTL', KEYS[1])
 if ARGV[3] == '' then
   if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'docs_done', ARGV[2]) end
@@ -113,8 +116,18 @@ def record(r: redis.Redis, job: str, batch: int, *, docs: int = 0, error: str | 
     job's status with it (atomically, in Redis)."""
     key = PREFIX + job
     with unavailable():
-        r.eval(_RECORD, 3, key, key + ":done", key + ":failed", str(batch), str(docs), (error or "")[:500],
-               str(time.time()))
+        r.eval(_RECORD, 4, key, key + ":done", key + ":failed", key + ":partial", str(batch), str(docs),
+               (error or "")[:500], str(time.time()))
+
+
+def progress(r: redis.Redis, job: str, batch: int, docs: int) -> None:
+    """Record how many chunks of a running batch are done so far (shown until the batch ends)."""
+    key = PREFIX + job
+    with unavailable():
+        pipe = r.pipeline()
+        pipe.hset(key + ":partial", str(batch), docs)
+        pipe.pexpire(key + ":partial", max(int(r.pttl(key)), 1000))
+        pipe.execute()
 
 
 @contextmanager
@@ -131,11 +144,12 @@ def state(r: redis.Redis, job: str) -> JobState:
     with unavailable():
         h: dict[str, str] = r.hgetall(key)  # type: ignore[assignment]
         done, failed = int(r.scard(key + ":done")), int(r.hlen(key + ":failed"))
+        partial = sum(int(v) for v in r.hvals(key + ":partial"))  # type: ignore[union-attr]
     if "kind" not in h:
         raise IndexNotFoundError(f"no job {job!r} (`hybridsearch jobs` lists them)")
     return JobState(job, h["kind"], h["target"], h["index"] or None, h["status"], int(h["batches"]), done, failed,
                     int(h["docs"]), int(h["docs_done"]), float(h["created"]),
-                    float(h["finished"]) if h["finished"] else None, h.get("force") == "1")
+                    float(h["finished"]) if h["finished"] else None, h.get("force") == "1", partial)
 
 
 def failures(r: redis.Redis, job: str) -> dict[int, str]:
@@ -196,6 +210,8 @@ def reopen(r: redis.Redis, job: str, batches: Sequence[int]) -> None:
             pipe.hdel(key + ":failed", *[str(b) for b in batches])
         if counted:
             pipe.hdel(key + ":deliveries", *counted)
+        if batches:
+            pipe.hdel(key + ":partial", *[str(b) for b in batches])
         pipe.hset(key, mapping={"status": "running", "finished": ""})
         pipe.execute()
 

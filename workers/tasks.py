@@ -6,6 +6,9 @@ jitter, up to HYBRIDSEARCH_WORKER_MAX_RETRIES; validation and configuration erro
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -14,10 +17,12 @@ from kombu.exceptions import OperationalError
 
 from hybridsearch.config import get_settings
 from hybridsearch.embeddings import default_encoder
-from hybridsearch.errors import ConfigError, EngineUnavailableError, ValidationError
+from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, ValidationError
 from indexer.pipeline import embed_ids_at, encode_hdc_ids, graph_at
 from workers import jobs
 from workers.celery_app import app, redis_url
+
+log = logging.getLogger("hybridsearch.workers")
 
 _s = get_settings()
 RETRY: dict[str, Any] = {
@@ -58,7 +63,8 @@ def embed(target: str, ids: list[str], index: str | None = None, job: str | None
     """Embed the given chunks of an index (a directory, or an OpenSearch URL and logical index)
     that still lack a vector. On a directory the vectors go to the journal and the owning process
     applies them on its next refresh; on OpenSearch they are written through the engine."""
-    return _recorded(embed_ids_at(target, default_encoder(), ids, index=index), len(ids), job, batch)
+    report = _progress(job, batch, len(ids))
+    return _recorded(embed_ids_at(target, default_encoder(), ids, index=index, progress=report), len(ids), job, batch)
 
 
 @app.task(name="hybridsearch.hdc_encode", base=JobTask, **RETRY)
@@ -77,6 +83,25 @@ def graph(target: str, index: str | None = None, job: str | None = None, batch: 
     in the graph."""
     summary, _ = graph_at(target, index, force=force)
     return _recorded(summary.works, 0, job, batch)
+
+
+def _progress(job: str | None, batch: int | None, size: int) -> Callable[[float], None] | None:
+    """A callback that records a batch's progress in its job at most once a second (a Redis
+    error there is logged, not raised: the batch itself goes on)."""
+    if job is None or batch is None:
+        return None
+    last = 0.0
+
+    def report(fraction: float) -> None:
+        nonlocal last
+        if time.monotonic() - last >= 1.0 and fraction < 1.0:
+            last = time.monotonic()
+            try:
+                jobs.progress(jobs.client(redis_url()), job, batch, int(size * fraction))
+            except HybridSearchError as e:
+                log.warning("job %s batch %s: progress not recorded (%s)", job, batch, e)
+
+    return report
 
 
 def _recorded(n: int, size: int, job: str | None, batch: int | None) -> int:

@@ -328,6 +328,45 @@ def test_job_records_are_atomic_and_counted_once(redis_url) -> None:
         jobs.state(jobs.client("redis://127.0.0.1:1/0", timeout=1), job)
 
 
+@pytest.mark.redis
+def test_a_running_batch_reports_its_progress_until_it_ends(redis_url) -> None:
+    from workers import jobs
+
+    r = jobs.client(redis_url)
+    job = jobs.create(r, "embed", "/x", None, [["a", "b", "c"], ["d", "e"]], 600)
+    jobs.progress(r, job, 0, 2)
+    jobs.progress(r, job, 1, 1)
+    st = jobs.state(r, job)
+    assert (st.docs_done, st.docs_partial) == (0, 3)
+    jobs.record(r, job, 0, docs=3)
+    st = jobs.state(r, job)
+    assert (st.docs_done, st.docs_partial) == (3, 1)  # the batch done counts whole, its partial is gone
+    jobs.record(r, job, 1, error="x")
+    assert jobs.state(r, job).docs_partial == 0
+    assert not r.exists(jobs.PREFIX + job + ":partial")  # nothing left behind once every batch ended
+
+
+@pytest.mark.integration
+@pytest.mark.redis
+def test_a_worker_reports_progress_inside_a_batch(redis_url, tmp_path) -> None:
+    """One batch of 40 chunks: the job's bar moves before the batch ends (every second or so)."""
+    from workers import jobs
+
+    env = {**os.environ, "HYBRIDSEARCH_REDIS_URL": redis_url.rsplit("/", 1)[0] + "/4"}
+    idx = _ingested(env, tmp_path, 40)
+    worker = _worker(env, 1)
+    try:
+        job = _enqueue(env, idx, 40)
+        r = jobs.client(env["HYBRIDSEARCH_REDIS_URL"])
+        seen: list[tuple[int, int]] = []
+        st = jobs.follow(r, job, lambda st: seen.append((st.docs_done, st.docs_partial)), poll=0.2, timeout=300)
+        assert st.status == "done" and st.docs_done == 40 and st.docs_partial == 0
+        partial = [p for done, p in seen if done == 0 and p > 0]
+        assert partial and partial == sorted(partial) and max(partial) < 40, seen
+    finally:
+        _stop(worker)
+
+
 def _worker(env: dict[str, str], concurrency: int = 2) -> subprocess.Popen[str]:  # noqa: D103
     return subprocess.Popen([EXE, "worker", "--concurrency", str(concurrency), "--loglevel", "WARNING",
                              "--hostname", f"w{concurrency}-{os.getpid()}-{time.time_ns()}@%h"],
