@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hybridsearch.engines import Engine, GraphStore, is_url, open_engine
 from hybridsearch.errors import IndexNotFoundError, ValidationError
-from hybridsearch.models import Filters, SearchResult, validate_record
+from hybridsearch.models import Document, Filters, SearchResult, validate_record
 
 
 class Handle:
@@ -33,12 +33,16 @@ class Handle:
                                                      with_documents=with_documents, overrides=overrides)
         return result
 
-    def ingest(self, path: str | Path, *, loader: str | None = None, embed: bool = True,
-               strict: bool = False, progress: bool = False) -> Any:
+    def ingest(self, source: str | Path | Iterable[Document | Mapping[str, Any]], *, loader: str | None = None,
+               embed: bool = True, strict: bool = False, progress: bool = False) -> Any:
+        """Index a corpus: a path (a file or directory a loader reads), or Python objects:
+        Documents, or dicts as the lines of a JSONL file (`{"id": ..., "title": ..., "vector":
+        [...]}`; a `vector` given is stored as it is, not embedded)."""
         from hybridsearch.embeddings import default_encoder
         from indexer.pipeline import ingest
 
-        return ingest(self.engine, Path(path), loader=loader, strict=strict,
+        data = Path(source) if isinstance(source, str | Path) else source
+        return ingest(self.engine, data, loader=loader, strict=strict,
                       encoder=default_encoder() if embed else None, progress=progress)
 
     def update(self, path: str | Path, *, loader: str | None = None, embed: bool = True, strict: bool = False,

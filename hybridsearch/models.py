@@ -8,8 +8,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import pydantic
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from hybridsearch.errors import ValidationError
 
@@ -92,6 +93,57 @@ def _not_blank(v: str) -> str:
     return v
 
 
+VECTOR_FIELDS = ("vector", "passage_vectors")
+
+
+@dataclass(frozen=True)
+class GivenVectors:
+    """A chunk's vector (unit length) and passage vectors (one unit row per passage, or None:
+    then its own vector stands for them), given on input, with where they were read."""
+
+    vector: np.ndarray
+    passages: np.ndarray | None
+    source: str | None = None
+    line: int | None = None
+
+    def rows(self) -> np.ndarray:
+        return self.passages if self.passages is not None else self.vector[None, :]
+
+
+def given_vectors(data: Mapping[str, Any], source: str | None = None, line: int | None = None
+                  ) -> GivenVectors | None:
+    """`vector` (a list of numbers) and `passage_vectors` (a list of such lists) of an input record,
+    checked: finite, not all zeros, all of one length; scaled to unit length. None without them;
+    else a ValueError naming the field."""
+    if "vector" not in data:
+        if "passage_vectors" in data:
+            raise ValueError("passage_vectors: given without a vector (give both, or only a vector)")
+        return None
+    vec = _unit_row(data["vector"], "vector")
+    passages = data.get("passage_vectors")
+    if passages is None:
+        return GivenVectors(vec, None, source, line)
+    if not isinstance(passages, list) or not passages:
+        raise ValueError("passage_vectors: expected a non-empty list of vectors")
+    rows = np.vstack([_unit_row(p, f"passage_vectors[{i}]", len(vec)) for i, p in enumerate(passages)])
+    return GivenVectors(vec, rows, source, line)
+
+
+def _unit_row(value: Any, where: str, dim: int | None = None) -> np.ndarray:
+    if not isinstance(value, list) or not value or not all(type(x) in (int, float) for x in value):
+        raise ValueError(f"{where}: expected a non-empty list of numbers")
+    if dim is not None and len(value) != dim:
+        raise ValueError(f"{where}: expected {dim} numbers (as many as vector), got {len(value)}")
+    row = np.asarray(value, dtype=np.float64)
+    if not np.isfinite(row).all():
+        raise ValueError(f"{where}: every value must be finite")
+    scale = float(np.abs(row).max())
+    if scale == 0.0:
+        raise ValueError(f"{where}: all zeros (a vector without a direction has no cosine)")
+    row /= scale  # first to at most 1, so that the length cannot overflow
+    return (row / np.linalg.norm(row)).astype(np.float32)
+
+
 class Document(_Model):
     """One indexable unit: a chunk of a work. A BEIR document is a work of one chunk."""
 
@@ -117,6 +169,17 @@ class Document(_Model):
     source: str | None = Field(default=None, validation_alias=AliasChoices("source", "file"))
     page: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # vectors computed elsewhere, given on input (`vector`, `passage_vectors`): stored as they are,
+    # never part of the document's own fields
+    _given: GivenVectors | None = PrivateAttr(default=None)
+
+    @property
+    def given_vectors(self) -> GivenVectors | None:
+        return self._given
+
+    def with_vectors(self, given: GivenVectors | None) -> Document:
+        self._given = given
+        return self
 
     @field_validator("id")
     @classmethod
@@ -372,7 +435,11 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
         raise ValidationError(f"expected a JSON object, got {type(data).__name__}",
                               source=source, line=line)
     record = data.get("id", data.get("_id"))
+    given = None
     try:
+        if model is Document and any(k in data for k in VECTOR_FIELDS):
+            given = given_vectors(data, source, line)
+            data = {k: v for k, v in data.items() if k not in VECTOR_FIELDS}
         check_unicode(data)
     except ValueError as e:
         raise ValidationError(str(e), source=source, line=line,
@@ -392,6 +459,11 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
             check_limits(obj)
         except ValidationError as e:
             raise e.located(source=source, line=line) from None
+        if given is not None and given.passages is not None and len(given.passages) != len(obj.passages):
+            raise ValidationError(f"expected {len(obj.passages)} rows, one per passage (the title, then each "
+                                  f"sentence of the text), got {len(given.passages)}", field="passage_vectors",
+                                  source=source, line=line, record=obj.id)
+        obj.with_vectors(given)
     return obj
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
+
 from hybridsearch.errors import ValidationError
-from hybridsearch.models import Document, Query, check_finite, validate_record
+from hybridsearch.models import VECTOR_FIELDS, Document, Query, check_finite, check_limits, validate_record
 from indexer.chunking import chunk_document
 
 MONTHS = {m: i for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july",
@@ -121,16 +123,40 @@ class JsonlLoader:
     name: ClassVar[str] = "jsonl"
 
     def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
+        return self.records(_json_records(path, report, strict), str(path), report, strict)
+
+    def records(self, items: Iterable[tuple[int, Any]], where: str, report: LoadReport, strict: bool = False
+                ) -> Iterator[Document]:
+        """Documents of numbered records (JSON-like mappings, or Document instances) read from
+        `where`, as `load` makes them of a file's lines."""
         def parsed() -> Iterator[Record]:
-            for lineno, obj in _json_records(path, report, strict):
+            for lineno, obj in items:
                 try:
-                    doc = validate_record(Document, obj, source=str(path), line=lineno)
+                    doc = (validate_record(Document, obj, source=where, line=lineno) if not isinstance(obj, Document)
+                           else _checked_document(obj, where, lineno))
+                    chunks = chunk_document(doc) if doc.work_id == doc.id else [doc]
+                    if doc.given_vectors is not None:
+                        if len(chunks) > 1:
+                            raise ValidationError(
+                                f"a record with a vector is one chunk, but its text splits into {len(chunks)} "
+                                "(give each chunk as a record of its own, with work_id and chunk_no)",
+                                field="vector", source=where, line=lineno, record=doc.id)
+                        chunks[0].with_vectors(doc.given_vectors)
                 except ValidationError as e:
                     report.reject(e, strict)
                     continue
-                yield str(path), lineno, doc.id, chunk_document(doc) if doc.work_id == doc.id else [doc]
+                yield where, lineno, doc.id, chunks
 
         yield from _unique(parsed(), report, strict)
+
+
+def _checked_document(doc: Document, where: str, lineno: int) -> Document:
+    """A Document made in Python, checked as a record of a file is (its limits)."""
+    try:
+        check_limits(doc)
+    except ValidationError as e:
+        raise e.located(source=where, line=lineno) from None
+    return doc
 
 
 def parse_date(text: str) -> tuple[int | None, int | None]:
@@ -162,7 +188,8 @@ def beir_record(obj: Any) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError("metadata: expected an object")
     check_finite(meta)
-    out: dict[str, Any] = {k: v for k, v in obj.items() if k in _MODEL_FIELDS and k != "metadata"}
+    out: dict[str, Any] = {k: v for k, v in obj.items()
+                           if (k in _MODEL_FIELDS or k in VECTOR_FIELDS) and k != "metadata"}
     if "_id" in obj:
         out["id"] = obj["_id"] if not isinstance(obj["_id"], int) else str(obj["_id"])
     rest: dict[str, Any] = {}
@@ -203,6 +230,8 @@ class BeirLoader:
     def load(self, path: Path, report: LoadReport, *, strict: bool = False) -> Iterator[Document]:
         corpus = path / "corpus.jsonl" if path.is_dir() else path
         links = load_links(corpus.parent / "links.tsv")
+        npy = corpus.with_suffix(".npy")
+        rows = _vector_file(npy) if npy.is_file() else None
 
         def parsed() -> Iterator[Record]:
             for lineno, obj in _json_records(corpus, report, strict):
@@ -211,6 +240,11 @@ class BeirLoader:
                     cited = links.get(str(rec.get("id")))
                     if cited:
                         rec["cites"] = list(dict.fromkeys([*rec.get("cites", []), *cited]))
+                    if rows is not None:
+                        if lineno > len(rows):
+                            raise ValidationError(f"{npy.name} has {len(rows)} rows, none for this line",
+                                                  field="vector", source=str(corpus), line=lineno)
+                        rec["vector"] = rows[lineno - 1].tolist()
                     doc = validate_record(Document, rec, source=str(corpus), line=lineno)
                     yield str(corpus), lineno, doc.id, [doc]
                 except ValueError as e:
@@ -221,6 +255,19 @@ class BeirLoader:
                     report.reject(e, strict)
 
         yield from _unique(parsed(), report, strict)
+
+
+def _vector_file(path: Path) -> np.ndarray:
+    """`corpus.npy` beside a BEIR corpus: one vector per line of corpus.jsonl, in order (a 2-d
+    array of numbers), mapped rather than read whole."""
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValidationError(f"not a readable .npy array: {e}", source=str(path)) from None
+    if arr.ndim != 2 or arr.dtype.kind not in "fiu":
+        raise ValidationError(f"expected a 2-d array of numbers (one row per line of corpus.jsonl), got shape "
+                              f"{arr.shape} of {arr.dtype}", source=str(path))
+    return arr
 
 
 def load_links(path: Path) -> dict[str, list[str]]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -20,13 +20,22 @@ from hybridsearch.config import get_settings
 from hybridsearch.embedcache import embedding_cache
 from hybridsearch.embedcache import key as cache_key
 from hybridsearch.embeddings import Encoder, PassagePooling
-from hybridsearch.engines import BinarySearch, Engine, GraphStore, GraphSummary, check_lexicon, is_url, open_engine
+from hybridsearch.engines import (
+    BinarySearch,
+    Engine,
+    GraphStore,
+    GraphSummary,
+    VectorSearch,
+    check_lexicon,
+    is_url,
+    open_engine,
+)
 from hybridsearch.engines.embedded.store import Store
 from hybridsearch.errors import HybridSearchError, IndexNotFoundError, UnsupportedCapabilityError, ValidationError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
 from indexer.graph import update_graph
-from indexer.loaders import Loader, LoadReport, detect_loader
+from indexer.loaders import JsonlLoader, Loader, LoadReport, detect_loader
 
 _log = logging.getLogger("hybridsearch.ingest")
 BATCH = 1024
@@ -40,6 +49,7 @@ class IngestSummary:
     embedded: int = 0
     kept: int = 0  # chunks whose stored vector is for the text they bring: not embedded again
     cached: int = 0  # chunks whose vectors came from the embedding cache
+    given: int = 0  # chunks whose vectors came with them on input (not embedded)
     replaced: int = 0
     seconds: float = 0.0
     graph: GraphSummary | None = None
@@ -48,6 +58,7 @@ class IngestSummary:
     def lines(self) -> list[str]:
         kept = f" (kept the vectors of {self.kept} unchanged chunks)" if self.kept else ""
         cached = f" ({self.cached} of them from the embedding cache)" if self.cached else ""
+        cached += f"; {self.given} chunks came with their vectors" if self.given else ""
         out = [f"loaded {self.loaded}, rejected {len(self.rejected)}, indexed {self.indexed}, "
                f"embedded {self.embedded}{kept}, in {self.seconds:.1f}s{cached}"]
         if self.replaced:
@@ -81,7 +92,8 @@ def graph_line(g: GraphSummary, built: bool) -> str:
             + (f"built in {g.seconds:.2f}s" if built else "unchanged"))
 
 
-def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: bool = False,
+def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], *, loader: str | None = None,
+           strict: bool = False,
            encoder: Encoder | None = None, hdc: bool = True, graph: bool = True, progress: bool = True,
            batch_size: int = BATCH) -> IngestSummary:
     """Index a corpus. Each batch is HDC-encoded (and embedded, with an encoder) before it is
@@ -91,14 +103,22 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     index is rejected. A chunk stored with a vector for the text it brings keeps that vector (it is
     not embedded again). A run that rewrote every chunk of the index (with HDC codes) records this
     version's analysis rules for it (ANALYSIS_RULES). An input with no record accepted is a
-    ValidationError saying why."""
+    ValidationError saying why. `path` may instead be Python objects: Documents, or mappings as
+    the lines of a JSONL file (named "objects" and their place, from 1, in errors)."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     start = time.perf_counter()
     report = LoadReport()
     summary = IngestSummary()
-    docs = load_documents(path, loader, report, strict=strict)
-    bar = tqdm(desc="ingest", total=count_records(path), unit="record", mininterval=1.0, disable=not progress,
-               leave=False)
+    if isinstance(path, Path):
+        docs, total, where = load_documents(path, loader, report, strict=strict), count_records(path), str(path)
+    else:
+        if isinstance(path, str | bytes | Mapping | Document):
+            raise ValidationError("expected a Path, or an iterable of Documents or mappings (one record each)",
+                                  source="objects")
+        items = path
+        total, where = (len(items) if isinstance(items, Sized) else None), "objects"
+        docs = JsonlLoader().records(enumerate(items, 1), where, report, strict)
+    bar = tqdm(desc="ingest", total=total, unit="record", mininterval=1.0, disable=not progress, leave=False)
     done = 0  # records behind the batches written
     written: set[str] = set()  # works with chunks written by this run
     chunks: set[str] = set()  # the chunks written by this run
@@ -110,18 +130,26 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     try:
         for batch in _work_batches(docs, batch_size):
             records = report.loaded + len(report.rejected) - done
-            batch = _claimable(engine, batch, report, strict)
+            batch = _given_fit(engine, _claimable(engine, batch, report, strict), report, strict)
             if batch:
-                kept = _vectors_to_keep(engine, batch) if encoder is not None else set()
-                fresh = [d for d in batch if d.id not in kept]
+                given = [d for d in batch if d.given_vectors is not None]
+                rest = [d for d in batch if d.given_vectors is None]
+                kept = _vectors_to_keep(engine, rest) if encoder is not None else set()
+                fresh = [d for d in rest if d.id not in kept]
                 got = embed(encoder, fresh, partial(advance, records)) if encoder is not None and fresh else None
                 vectors, passages = (None, None) if got is None else (got.vectors, got.passages)
                 summary.cached += 0 if got is None else got.cached
                 codes = {d.id: hdc_encoder.encode_document(d) for d in batch} if hdc_encoder is not None else None
-                # written without vectors, chunks whose text is unchanged keep the ones stored
-                for part, vecs, pas in (([d for d in batch if d.id in kept], None, None), (fresh, vectors, passages)):
+                # written without vectors, chunks whose text is unchanged keep the ones stored; given
+                # vectors are written as they came
+                parts = [([d for d in rest if d.id in kept], None, None), (fresh, vectors, passages)]
+                if given:
+                    parts.append((given, np.vstack([d.given_vectors.vector for d in given if d.given_vectors]),
+                                  [d.given_vectors.rows() for d in given if d.given_vectors]))
+                for part, vecs, pas in parts:
                     if part:
                         engine.write(part, vecs, None if codes is None else [codes[d.id] for d in part], pas)
+                summary.given += len(given)
                 summary.replaced += _drop_stale_chunks(engine, batch, written)
                 summary.indexed += len(batch)
                 chunks.update(d.id for d in batch)
@@ -140,7 +168,7 @@ def ingest(engine: Engine, path: Path, *, loader: str | None = None, strict: boo
     if not summary.indexed:  # loaded records may still be rejected, their ids being other works' chunks
         why = (f"every record was rejected ({len(report.rejected)}; first: {report.rejected[0]})" if report.rejected
                else "it holds no records (an empty file, or a directory with no file the loader reads)")
-        raise ValidationError(f"nothing to index: {why}", source=str(path))
+        raise ValidationError(f"nothing to index: {why}", source=where)
     # every chunk of the index analysed and HDC-encoded again by this run: it is up to date with
     # this version's analysis rules, whichever an older version made it with
     if hdc_encoder is not None and engine.count() == len(chunks) and engine.get_meta("analysis") != ANALYSIS_RULES:
@@ -301,6 +329,24 @@ def _vectors_to_keep(engine: Engine, batch: Sequence[Document]) -> set[str]:
         return set()
     same = [d.id for d in batch if d.id in stored and stored[d.id].dense_text == d.dense_text]
     return set(same) - {i for i, _ in engine.missing_vectors(ids=same)} if same else set()
+
+
+def _given_fit(engine: Engine, batch: list[Document], report: LoadReport, strict: bool) -> list[Document]:
+    """The batch without the works one of whose chunks brings vectors the index cannot hold
+    (another dimension, or an engine without vectors), each rejected naming its file, line and
+    field (a work is written whole or not at all)."""
+    dim = engine.dim if isinstance(engine, VectorSearch) else None
+    bad: dict[str, ValidationError] = {}
+    for d in batch:
+        g = d.given_vectors
+        if g is not None and (dim is None or len(g.vector) != dim):
+            why = ("this engine holds no vectors" if dim is None else
+                   f"expected {dim} numbers (the index's dimension), got {len(g.vector)}")
+            bad.setdefault(d.work_id, ValidationError(why, field="vector", source=g.source, line=g.line,
+                                                      record=d.work_id))
+    for e in bad.values():
+        report.reject(e, strict)
+    return [d for d in batch if d.work_id not in bad] if bad else batch
 
 
 def _claimable(engine: Engine, batch: list[Document], report: LoadReport, strict: bool) -> list[Document]:

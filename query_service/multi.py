@@ -30,6 +30,7 @@ class MultiEngine:
         if bad:
             raise QueryError(f"knowledge base names may not contain {SEP!r}: {bad}")
         self.engines = dict(engines)
+        self.dim = next(iter(self.engines.values())).dim
 
     def _split(self, ids: Sequence[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

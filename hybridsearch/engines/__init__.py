@@ -222,6 +222,8 @@ class LexicalSearch(Protocol):
 
 @runtime_checkable
 class VectorSearch(Protocol):
+    dim: int  # of every vector the index holds
+
     def knn(self, vec: np.ndarray, k: int = 10, filters: Filters | None = None) -> RankedList:
         """Nearest chunks by cosine (HNSW or exact, engine's choice). Scores: raw cosine."""
         ...
