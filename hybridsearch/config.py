@@ -56,6 +56,11 @@ class Settings(BaseSettings):
         "throughput), torch where that cannot be made; torch: everything on torch; onnx-int8: an int8-quantised "
         "export, about 2.5x float32 on a 2-core CPU with cosine about 0.993 to its vectors (embed the corpus and "
         "search it with the same runtime)")
+    encoder: str = Field(default="minilm", description="the encoder plugin (group hybridsearch.encoders): minilm "
+                         "(all-MiniLM-L6-v2 from its package), sentence-transformers (any local model directory, "
+                         "encoder_model_dir), or a third party's")
+    encoder_model_dir: Path | None = Field(default=None, description="the model directory of the "
+                                           "sentence-transformers encoder")
     passage_vectors: Literal["separate", "pooled"] = Field(
         default="separate", description="separate: each passage (the title, each sentence) is embedded alone; "
         "pooled: from the token embeddings of its chunk's own forward pass (one pass per chunk; the passages past "

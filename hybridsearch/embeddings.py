@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -109,6 +109,15 @@ class MiniLMEncoder:
         if self.precision == "auto":
             self.precision = "bfloat16" if _bf16_native() else "float32"
         self._lock = threading.RLock()
+
+    @classmethod
+    def from_settings(cls, s: Any) -> MiniLMEncoder:
+        """Configured by HYBRIDSEARCH_TORCH_THREADS, _EMBEDDING_PRECISION, _EMBEDDING_BATCH_SIZE,
+        _EMBEDDING_RUNTIME and _EMBEDDING_CACHE."""
+        return cls(s.torch_threads, s.embedding_precision, s.embedding_batch_size, s.embedding_runtime,
+                   s.embedding_cache)
+
+    fingerprint = MODEL_NAME  # one model, from one package: its name is its fingerprint
 
     def _dir(self) -> Path:
         if self._model_dir is None:
@@ -461,17 +470,114 @@ def _export(model_dir: Path, runtime: str) -> bytes:
         return proto.SerializeToString()
 
 
-_default: MiniLMEncoder | None = None
+class SentenceTransformerEncoder:
+    """Any sentence-transformers model in a local directory (HYBRIDSEARCH_ENCODER_MODEL_DIR), on
+    torch, L2-normalised output. Its dimension is read from the model's files (the last Dense
+    layer's out_features, else the pooling's word_embedding_dimension) without loading it; its
+    fingerprint hashes the directory's file names and sizes and its small configuration files."""
+
+    def __init__(self, model_dir: Path, threads: int | None = None, batch_size: int = 32) -> None:
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "modules.json").is_file():
+            raise ConfigError(f"HYBRIDSEARCH_ENCODER_MODEL_DIR: {self.model_dir} is not a sentence-transformers "
+                              "model directory (no modules.json)")
+        self.name = f"sentence-transformers:{self.model_dir.resolve().name}"
+        self.dim = _model_dim(self.model_dir)
+        self.fingerprint = _dir_fingerprint(self.model_dir)
+        self.identity = f"{self.name}|{self.fingerprint}|torch"
+        self.batch_size = batch_size
+        self._threads = threads or _usable_cores()
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, s: Any) -> SentenceTransformerEncoder:
+        if s.encoder_model_dir is None:
+            raise ConfigError("HYBRIDSEARCH_ENCODER=sentence-transformers needs HYBRIDSEARCH_ENCODER_MODEL_DIR, "
+                              "a local sentence-transformers model directory")
+        return cls(s.encoder_model_dir, s.torch_threads, s.embedding_batch_size)
+
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
+               progress: bool = False, query: bool = False) -> np.ndarray:
+        if isinstance(texts, str):
+            raise ValueError("encode takes a list of texts, not one string: encode([text])")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            if self._model is None:
+                self._model = _torch_model(self.model_dir, self._threads, "float32")
+        vecs = self._model.encode(texts, batch_size=batch_size or self.batch_size, show_progress_bar=progress,
+                                  convert_to_numpy=True)
+        return _unit(np.ascontiguousarray(vecs, dtype=np.float32))
 
 
-def default_encoder() -> MiniLMEncoder:
-    """The process's encoder, configured by HYBRIDSEARCH_TORCH_THREADS, _EMBEDDING_PRECISION,
-    _EMBEDDING_BATCH_SIZE, _EMBEDDING_RUNTIME and _EMBEDDING_CACHE."""
-    global _default
-    if _default is None:
-        from hybridsearch.config import get_settings
+def _model_dim(model_dir: Path) -> int:
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text())
+        dim = None
+        for m in modules:
+            cfg = model_dir / m.get("path", "") / "config.json"
+            if m.get("type", "").endswith("Pooling") and cfg.is_file():
+                pooling = json.loads(cfg.read_text())  # sentence-transformers 5 renamed the key
+                dim = int(pooling.get("word_embedding_dimension") or pooling["embedding_dimension"])
+            elif m.get("type", "").endswith("Dense") and cfg.is_file():
+                dim = int(json.loads(cfg.read_text())["out_features"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"cannot read the dimension of the model in {model_dir}: {e}") from e
+    if not dim:
+        raise ConfigError(f"cannot read the dimension of the model in {model_dir}: no Pooling or Dense module")
+    return dim
 
-        s = get_settings()
-        _default = MiniLMEncoder(s.torch_threads, s.embedding_precision, s.embedding_batch_size,
-                                 s.embedding_runtime, s.embedding_cache)
+
+def _dir_fingerprint(model_dir: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(model_dir.rglob("*")):
+        if p.is_file():
+            h.update(f"{p.relative_to(model_dir)}|{p.stat().st_size}".encode())
+            if p.suffix == ".json" and p.stat().st_size < 1 << 20:
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def encoder_record(encoder: Encoder) -> dict[str, Any]:
+    """What an index records of the encoder that made its vectors: name, dimension, fingerprint."""
+    return {"name": encoder.name, "dim": encoder.dim, "fingerprint": getattr(encoder, "fingerprint", None)}
+
+
+# what an index embedded before it recorded its encoder was made by
+LEGACY_RECORD = {"name": MODEL_NAME, "dim": DIM, "fingerprint": None}
+
+
+def check_encoder(stored: Mapping[str, Any], encoder: Encoder, where: str) -> None:
+    """A ConfigError naming both when `encoder` is not the one whose record `stored` is (a
+    fingerprint is compared where both have one)."""
+    mine = encoder_record(encoder)
+    same = stored.get("name") == mine["name"] and stored.get("dim") == mine["dim"] and (
+        stored.get("fingerprint") is None or mine["fingerprint"] is None
+        or stored.get("fingerprint") == mine["fingerprint"])
+    if not same:
+        def show(r: Mapping[str, Any]) -> str:
+            return f"{r.get('name')} ({r.get('dim')}-d" + (f", {r['fingerprint']})" if r.get("fingerprint") else ")")
+        raise ConfigError(f"{where} holds vectors of {show(stored)}; the configured encoder is {show(mine)} "
+                          "(HYBRIDSEARCH_ENCODER); use that encoder, or another index")
+
+
+_default: Encoder | None = None
+_default_for: tuple[Any, ...] | None = None
+
+
+def default_encoder() -> Encoder:
+    """The process's encoder: the plugin HYBRIDSEARCH_ENCODER (group hybridsearch.encoders;
+    built in: `minilm`, `sentence-transformers`), made from the settings once (again when they
+    change)."""
+    global _default, _default_for
+    from hybridsearch import plugins
+    from hybridsearch.config import get_settings
+
+    s = get_settings()
+    key = (s.encoder, s.encoder_model_dir, s.torch_threads, s.embedding_precision, s.embedding_batch_size,
+           s.embedding_runtime, s.embedding_cache)
+    if _default is None or _default_for != key:
+        _default, _default_for = plugins.load("encoders", s.encoder).from_settings(s), key
     return _default

@@ -7,7 +7,7 @@ from typing import Any
 
 from hybridsearch.errors import PluginConflictError, PluginNotFoundError
 
-GROUPS = ("engines", "channels", "fusers", "rerankers", "profiles", "loaders", "intents")
+GROUPS = ("engines", "channels", "fusers", "rerankers", "profiles", "loaders", "intents", "encoders")
 _cache: dict[tuple[str, str], Any] = {}
 
 

@@ -19,7 +19,7 @@ from hybridsearch.analysis import ANALYSIS_RULES, default_analyzer
 from hybridsearch.config import get_settings
 from hybridsearch.embedcache import embedding_cache
 from hybridsearch.embedcache import key as cache_key
-from hybridsearch.embeddings import Encoder, PassagePooling
+from hybridsearch.embeddings import LEGACY_RECORD, Encoder, PassagePooling, check_encoder, encoder_record
 from hybridsearch.engines import (
     BinarySearch,
     Engine,
@@ -31,7 +31,13 @@ from hybridsearch.engines import (
     open_engine,
 )
 from hybridsearch.engines.embedded.store import Store
-from hybridsearch.errors import HybridSearchError, IndexNotFoundError, UnsupportedCapabilityError, ValidationError
+from hybridsearch.errors import (
+    ConfigError,
+    HybridSearchError,
+    IndexNotFoundError,
+    UnsupportedCapabilityError,
+    ValidationError,
+)
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.models import Document
 from indexer.graph import update_graph
@@ -71,6 +77,25 @@ class IngestSummary:
         return out
 
 
+def claim_encoder(holder: Engine | Store, encoder: Encoder, where: str) -> None:
+    """Before vectors of `encoder` are written: an index that records another encoder (or, from
+    before the record, holds MiniLM vectors) refuses it in one line naming both; an index without
+    vectors records it (on OpenSearch, whose mapping fixes the dimension, only an encoder of that
+    dimension)."""
+    stored = holder.get_meta("encoder")
+    if stored is None:
+        if isinstance(holder, Store | VectorSearch) and holder.has_vectors():
+            stored = LEGACY_RECORD
+        else:
+            dim = holder.dim if isinstance(holder, VectorSearch) else encoder.dim
+            if dim != encoder.dim:
+                raise ConfigError(f"{where} holds {dim}-d vectors (its mapping); the configured encoder "
+                                  f"{encoder.name} gives {encoder.dim}-d (HYBRIDSEARCH_ENCODER)")
+            holder.set_meta("encoder", encoder_record(encoder))
+            return
+    check_encoder(stored, encoder, where)
+
+
 def _binary(engine: Engine) -> BinarySearch:
     if not isinstance(engine, BinarySearch):
         raise UnsupportedCapabilityError("HDC codes need an engine with binary (Hamming) search")
@@ -106,6 +131,8 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
     ValidationError saying why. `path` may instead be Python objects: Documents, or mappings as
     the lines of a JSONL file (named "objects" and their place, from 1, in errors)."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
+    if encoder is not None:
+        claim_encoder(engine, encoder, "the index")
     start = time.perf_counter()
     report = LoadReport()
     summary = IngestSummary()
@@ -380,6 +407,8 @@ def embed_missing(engine: Engine, encoder: Encoder, *, progress: bool = True,
     """Embed every stored chunk that has no vector yet (resumable: done batches stay done). The
     bar moves with every piece of a batch that is encoded, showing documents/s and an ETA."""
     missing = engine.missing_vectors()
+    if missing:
+        claim_encoder(engine, encoder, "the index")
     bar = tqdm(total=len(missing), desc="embed", unit="doc", disable=not progress or not missing,
                leave=False, mininterval=1.0)
     try:
@@ -415,12 +444,16 @@ def embed_ids_at(target: str, encoder: Encoder, ids: Sequence[str], *, index: st
     batch run twice does nothing the second time; unknown ids are skipped. Returns how many were
     embedded. `progress` gets the fraction of the chunks to embed that is done."""
     def into_store(store: Store, docs: list[Document]) -> None:
+        claim_encoder(store, encoder, f"the index {target}")
         vectors, passages, _ = embed(encoder, docs, progress)
         store.set_vectors([d.id for d in docs], vectors, encoder.name, texts=[d.dense_text for d in docs],
                           only_missing=True, passages=passages)
 
-    return _derive_at(target, ids, index, "vectors", lambda engine, docs: embed_ids(engine, encoder, docs, progress),
-                      into_store)
+    def through_engine(engine: Engine, docs: list[Document]) -> None:
+        claim_encoder(engine, encoder, f"the index {target}")
+        embed_ids(engine, encoder, docs, progress)
+
+    return _derive_at(target, ids, index, "vectors", through_engine, into_store)
 
 
 def _derive_at(target: str, ids: Sequence[str], index: str | None, what: str,

@@ -17,7 +17,7 @@ import numpy as np
 from hybridsearch import plugins
 from hybridsearch.analysis import default_analyzer
 from hybridsearch.config import get_settings
-from hybridsearch.embeddings import Encoder
+from hybridsearch.embeddings import LEGACY_RECORD, Encoder, check_encoder, default_encoder
 from hybridsearch.engines import VectorSampling, VectorSearch
 from hybridsearch.errors import ConfigError, EngineUnavailableError, HybridSearchError, QueryError
 from hybridsearch.models import ChannelScore, Filters, Hit, RankedList, SearchResult
@@ -160,12 +160,24 @@ class Searcher:
         self._domain_pool: ThreadPoolExecutor | None = None
         self._closed = False  # under the domain lock: no background measure starts after close
         self._has_vectors = False  # the index was seen to hold a vector
+        self._encoder_checked = False  # the query encoder is the one that made the index's vectors
 
     def _holds_vectors(self, engine: Any) -> bool:
         """Whether the index holds any vector; once it has, that is not asked again."""
         if not self._has_vectors:
             self._has_vectors = not isinstance(engine, VectorSearch) or engine.has_vectors()
         return self._has_vectors
+
+    def _check_encoder(self) -> None:
+        """Refuse, in one line naming both, to embed queries with another encoder than the one
+        that made the index's vectors (once per Searcher: the record does not change)."""
+        if self._encoder_checked:
+            return
+        encoder = self.encoder or default_encoder()
+        for name, engine in (self.kbs or {"": self.engine}).items():
+            stored = engine.get_meta("encoder") or LEGACY_RECORD  # an index from before the record: MiniLM's
+            check_encoder(stored, encoder, f"the knowledge base {name!r}" if name else "the index")
+        self._encoder_checked = True
 
     def _plugin(self, group: str, name: str, config: Mapping[str, Any]) -> Any:
         """One instance per plugin and config (channels, fusers, rerankers, intent classifiers);
@@ -239,6 +251,8 @@ class Searcher:
         text = understood.focus if expands and understood.name in ("prereq", "related") else query
         expand = _EXPANSIONS.get(prof.expansion or "")
         vectorless = prof.embeds_query() and not self._holds_vectors(engine)
+        if prof.embeds_query() and not vectorless:
+            self._check_encoder()
         if vectorless:
             diag["no_vectors"] = ("the index holds no vectors, so the hits were ranked without the dense channel and "
                                   "the semantic rules; `hybridsearch embed` adds them")

@@ -162,3 +162,37 @@ def opensearch_index(opensearch_url, request):
     yield engine
     engine.drop()
     engine.close()
+
+
+def tiny_bert(directory: Path, words: list[str], *, hidden: int = 32, labels: int | None = None) -> Path:
+    """A tiny BERT (2 layers, `hidden` wide, random weights from seed 0) with a word-level vocabulary
+    of `words`, saved with its fast tokenizer: what a test's encoder or cross-encoder is built from,
+    since no model can be downloaded here. `labels`: a sequence-classification head (a cross-encoder)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *dict.fromkeys(w.lower() for w in words)]
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True).save_pretrained(directory)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=2 * hidden, max_position_embeddings=128,
+                        **({"num_labels": labels} if labels else {}))
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config) if labels else BertModel(config)
+    model.save_pretrained(directory)
+    return directory
+
+
+def tiny_sentence_transformer(directory: Path) -> Path:
+    """A tiny sentence-transformers model (mean pooling, 32-d) over the demo corpus's words."""
+    import re
+
+    from sentence_transformers import SentenceTransformer, models
+
+    words = re.findall(r"[A-Za-z]+", (DEMO / "corpus.jsonl").read_text(encoding="utf-8"))
+    bert = tiny_bert(directory / "bert", words)
+    model = SentenceTransformer(modules=[models.Transformer(str(bert), max_seq_length=64),
+                                         models.Pooling(32, "mean")], device="cpu")
+    model.save(str(directory / "model"))
+    return directory / "model"

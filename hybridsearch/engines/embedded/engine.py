@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hybridsearch.analysis import ANALYSIS_RULES, Analyzer, default_analyzer
-from hybridsearch.embeddings import DIM, MODEL_NAME
+from hybridsearch.embeddings import DIM, MODEL_NAME, default_encoder
 from hybridsearch.engines import (
     Bm25Options,
     Codes,
@@ -38,7 +39,7 @@ from hybridsearch.engines import (
 from hybridsearch.engines.embedded.bm25 import Bm25Index
 from hybridsearch.engines.embedded.dense import DenseIndex
 from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
-from hybridsearch.errors import EngineError
+from hybridsearch.errors import EngineError, HybridSearchError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
 from hybridsearch.models import DocInfo, Document, Filters, RankedList, check_unique_ids
@@ -55,13 +56,14 @@ class EmbeddedEngine:
     capabilities = frozenset({"lexical", "vector", "binary", "graph"})
 
     def __init__(self, path: str | os.PathLike[str], *, exact_max: int | None = None,
-                 analyzer: Analyzer | None = None, model: str = MODEL_NAME, dim: int = DIM) -> None:
+                 analyzer: Analyzer | None = None, model: str = MODEL_NAME, dim: int | None = None) -> None:
         from hybridsearch.config import get_settings
 
         exact_max = get_settings().exact_dense_max if exact_max is None else exact_max
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.model, self.dim = model, dim
+        self.model = model
+        self.dim = dim or DIM  # until the store says which encoder made its vectors (below)
         self.analyzer = analyzer or default_analyzer()
         self._lock = threading.RLock()
         self._lock_file = open(self.path / "owner.lock", "a+")  # noqa: SIM115
@@ -81,6 +83,13 @@ class EmbeddedEngine:
         except EngineError:
             self._lock_file.close()
             raise
+        if dim is None:  # the dimension of the encoder the index recorded, else of the one configured
+            recorded = self.store.get_meta("encoder")
+            if isinstance(recorded, dict):
+                self.dim = int(recorded["dim"])
+            elif not self.store.has_vectors():  # a new index: the configured encoder's (where it can say)
+                with contextlib.suppress(HybridSearchError):  # a bad encoder setting fails where it embeds
+                    self.dim = default_encoder().dim
         try:
             self._open_derived(exact_max)
         except sqlite3.DatabaseError as e:
