@@ -61,6 +61,9 @@ class Settings(BaseSettings):
                          "encoder_model_dir), or a third party's")
     encoder_model_dir: Path | None = Field(default=None, description="the model directory of the "
                                            "sentence-transformers encoder")
+    cross_encoder_model_dir: Path | None = Field(default=None, description="a local cross-encoder model "
+                                                 "directory for the cross-encoder reranker (the voicevault "
+                                                 "profile's step); without one its fused order stands")
     passage_vectors: Literal["separate", "pooled"] = Field(
         default="separate", description="separate: each passage (the title, each sentence) is embedded alone; "
         "pooled: from the token embeddings of its chunk's own forward pass (one pass per chunk; the passages past "

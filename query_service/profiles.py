@@ -262,9 +262,10 @@ HYBRID = Profile(
     reranker="math")
 VOICEVAULT = Profile(
     name="voicevault", description="VoiceVault: 3 query variants, BM25 + dense, best score per chunk, RRF k=60, "
-    "top 20, at most 2 chunks per (source, page), top 5",
+    "top 20 reranked by a cross-encoder where HYBRIDSEARCH_CROSS_ENCODER_MODEL_DIR names one, at most 2 chunks per "
+    "(source, page), top 5",
     channels={"bm25": ChannelSpec(k=20), "dense": ChannelSpec(k=20)}, fuser="rrf", fuser_config={"rrf_k": 60},
-    expansion="voicevault", max_results=5,
+    expansion="voicevault", max_results=5, reranker="cross-encoder", rerank_top=20,
     diversity=DiversityConfig(by_work=False, near_duplicate=None, per_page=2))
 AICO = Profile(
     name="aico", description="AICO: BM25 (k1=1.5, b=0.75) with the IDF filter (min_idf 0.6), semantic floor, "

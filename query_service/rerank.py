@@ -33,10 +33,12 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.analysis import default_analyzer
 from hybridsearch.engines import Neighborhood, VectorSearch
+from hybridsearch.errors import ConfigError
 from hybridsearch.models import DocInfo
 from hybridsearch.scoring import minmax
 from query_service.candidates import Candidate, Candidates, past_budget
@@ -277,3 +279,70 @@ def _low_confidence(scores: list[float], top_cosine: float | None, low_cosine: f
     if len(scores) > 1 and s1 > 0 and (s1 - scores[1]) / s1 < low_margin:
         return f"top two within {100 * low_margin:g}% ({s1:.3f}, {scores[1]:.3f})"
     return None
+
+
+class CrossEncoderConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    top: int = Field(default=20, ge=1, le=1000, description="fused candidates scored (VoiceVault: the top 20)")
+    budget_ms: float = Field(default=2000.0, gt=0, allow_inf_nan=False,
+                             description="past it the fused order stays, flagged degraded")
+    batch_size: int = Field(default=16, ge=1, description="pairs per model call (the budget is checked after each)")
+
+
+class CrossEncoderReranker:
+    """VoiceVault's step: a cross-encoder (a local model directory, HYBRIDSEARCH_CROSS_ENCODER_MODEL_DIR,
+    loaded once) scores (query, chunk text) for the top `top` fused candidates; its score, the
+    sigmoid of the model's logit, is the hit's score and its one contribution (`cross_encoder`).
+    Past `budget_ms` the fused order stands, flagged degraded; without a model configured it stands
+    too, and the diagnostics say so."""
+
+    name: ClassVar[str] = "cross-encoder"
+    Config = CrossEncoderConfig
+
+    def __init__(self, config: CrossEncoderConfig | None = None) -> None:
+        self.config = config or CrossEncoderConfig()
+        self._models: dict[str, Any] = {}
+
+    def _model(self, model_dir: Any) -> Any:
+        key = str(model_dir)
+        if key not in self._models:
+            try:
+                from sentence_transformers import CrossEncoder
+            except ImportError as e:
+                raise ConfigError(f"the cross-encoder reranker needs {e.name}: pip install sentence-transformers"
+                                  ) from e
+            try:
+                self._models[key] = CrossEncoder(key, device="cpu")
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"HYBRIDSEARCH_CROSS_ENCODER_MODEL_DIR: cannot load a cross-encoder from {key}: "
+                                  f"{e}".splitlines()[0]) from e
+        return self._models[key]
+
+    def rerank(self, query: QueryContext, cands: Candidates, engine: Any) -> tuple[Candidates, dict[str, Any]]:
+        from hybridsearch.config import get_settings
+
+        model_dir = get_settings().cross_encoder_model_dir
+        if model_dir is None:
+            return cands, {"skipped": "no cross-encoder model configured (HYBRIDSEARCH_CROSS_ENCODER_MODEL_DIR): "
+                                      "the fused order stands"}
+        model = self._model(model_dir)
+        cfg = self.config
+        t0 = time.perf_counter()
+        diag: dict[str, Any] = {"model": str(model_dir), "scored": 0}
+        head = cands.items[:cfg.top]
+        docs = engine.get([c.id for c in head])
+        pairs = [(query.text, docs[c.id].dense_text if c.id in docs else "") for c in head]
+        logits: list[float] = []
+        for i in range(0, len(pairs), cfg.batch_size):
+            logits += np.asarray(model.predict(pairs[i:i + cfg.batch_size], convert_to_numpy=True),
+                                 dtype=np.float64).reshape(len(pairs[i:i + cfg.batch_size]), -1)[:, 0].tolist()
+            if past_budget(t0, cfg.budget_ms, diag, "the fused order stands"):
+                return cands, diag
+        if not all(math.isfinite(x) for x in logits):
+            diag["degraded"] = "the cross-encoder gave a non-finite score; the fused order stands"
+            return cands, diag
+        items = [Candidate(c.id, s, {"cross_encoder": s}, {"cross_encoder": s})
+                 for c, s in zip(head, (1.0 / (1.0 + math.exp(-x)) for x in logits), strict=True)]
+        items.sort(key=lambda c: (-c.score, c.id))
+        diag["scored"] = len(items)
+        return cands.replace(items + cands.items[cfg.top:]), diag

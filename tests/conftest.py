@@ -196,3 +196,11 @@ def tiny_sentence_transformer(directory: Path) -> Path:
                                          models.Pooling(32, "mean")], device="cpu")
     model.save(str(directory / "model"))
     return directory / "model"
+
+
+def tiny_cross_encoder(directory: Path) -> Path:
+    """A tiny cross-encoder (a BERT with one output, random weights from seed 0) over the demo's words."""
+    import re
+
+    words = re.findall(r"[A-Za-z]+", (DEMO / "corpus.jsonl").read_text(encoding="utf-8"))
+    return tiny_bert(directory, words, labels=1)
