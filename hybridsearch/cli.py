@@ -740,6 +740,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from workers.celery_app import app
 
     concurrency = args.concurrency or get_settings().worker_concurrency or os.cpu_count() or 1
+    # each worker process embeds with its share of the cores, so that together they do not oversubscribe them
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, cores // concurrency)))
     argv = ["worker", "--queues", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", args.loglevel,
             "--hostname", args.hostname]
     app.worker_main(argv)

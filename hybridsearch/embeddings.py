@@ -164,6 +164,8 @@ class MiniLMEncoder:
         texts = list(texts)
         if self._runtime != "auto" or self.precision == "bfloat16" or (session := self._onnx()) is None:
             return None
+        if "tokens" not in {o.name for o in session.get_outputs()}:  # an export made without them
+            return None
         vectors, pooled = _onnx_encode(session, self._tokenizer, texts, self.batch_size, spans=spans)
         return _unit(vectors), [[None if p is None else p / max(float(np.linalg.norm(p)), 1e-12) for p in ps]
                                 for ps in pooled]
