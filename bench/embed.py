@@ -1,6 +1,7 @@
 """Embedding throughput against plain sentence-transformers, measured in one run; prints tables.
 
     python bench/embed.py [--data ../shared/data] [--docs 384] [--workers 2] [--compete] [--quality]
+                          [--passage-quality] [--skip-throughput]
 
 For SciFact and CACM (their first `--docs` documents), documents/s of:
 - the anchor: plain sentence-transformers on the same model, threads = the cores this process may
@@ -18,8 +19,9 @@ but for the cache row. `--compete` runs a CPU-bound process beside every row (th
 machine shared with other work. The CPU's vector features head the output.
 
 `--quality`: on the whole of each collection, for each runtime against torch float32: dense-only
-nDCG@10 (exact search over the vectors) and the mean top-10 overlap; then `hybrid` nDCG@10 with
-passages encoded alone and pooled (two `hybridsearch eval` indexes under a temporary directory).
+nDCG@10 (exact search over the vectors) and the mean top-10 overlap. `--passage-quality`: `hybrid`
+nDCG@10 with passages encoded alone and pooled (two `hybridsearch eval` indexes under a temporary
+directory). `--skip-throughput` runs only those.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -130,7 +133,7 @@ def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object,
     for mode in ("separate", "pooled"):
         os.environ["HYBRIDSEARCH_PASSAGE_VECTORS"] = mode
         engine = EmbeddedEngine(tmp / f"{name}-inline-{mode}")
-        r = rate(n, lambda e=engine: ingest(e, corpus, loader="beir", encoder=enc, graph=False, progress=False))
+        r = rate(n, partial(ingest, engine, corpus, loader="beir", encoder=enc, graph=False, progress=False))
         engine.close()
         rows.append((f"inline ingest, passages {mode}", r, "vectors, passage vectors, HDC codes"))
     os.environ["HYBRIDSEARCH_PASSAGE_VECTORS"] = "separate"
@@ -195,12 +198,11 @@ def celery_rate(corpus: Path, index: Path, procs: int) -> float:
         stop(worker)
 
 
-def quality(data: Path, tmp: Path, cache: Path) -> None:
+def quality(data: Path, cache: Path) -> None:
     import numpy as np
 
     from hybridsearch.metrics import ndcg_at
     from indexer.loaders import load_qrels, load_queries
-    from query_service.evaluate import run_eval, run_specs
 
     print("\nquality against torch float32 (whole collections, test split)")
     print(f"  {'collection':<10} {'runtime':<32} {'dense nDCG@10':>14} {'delta':>8} {'top-10 overlap':>15}")
@@ -223,6 +225,11 @@ def quality(data: Path, tmp: Path, cache: Path) -> None:
             nd = np.mean([ndcg_at(r, qrels[q.id], 10) for r, q in zip(run, queries, strict=True)])
             overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(run, ref, strict=True)])
             print(f"  {name:<10} {label:<32} {nd:>14.4f} {nd - ref_ndcg:>+8.4f} {overlap:>15.3f}", flush=True)
+
+
+def passage_quality(data: Path, tmp: Path, cache: Path) -> None:
+    from query_service.evaluate import run_eval, run_specs
+
     print("\npassage vectors: `hybrid` nDCG@10 (the math reranker's semantic half is the best passage)")
     os.environ["HYBRIDSEARCH_EMBEDDING_CACHE"] = str(cache)
     os.environ["HYBRIDSEARCH_EMBEDDING_CACHE_MAX_MB"] = "4096"
@@ -244,7 +251,10 @@ def main() -> None:
     ap.add_argument("--docs", type=positive_int, default=384, help="documents of each collection (default 384)")
     ap.add_argument("--workers", type=count, default=2, help="worker processes of the Celery row (0: no Celery rows)")
     ap.add_argument("--compete", action="store_true", help="a CPU-bound process runs beside every measurement")
-    ap.add_argument("--quality", action="store_true", help="also the quality tables (whole collections; long)")
+    ap.add_argument("--quality", action="store_true", help="also the runtimes' quality (whole collections; long)")
+    ap.add_argument("--passage-quality", action="store_true", help="also hybrid nDCG@10 of the passage methods "
+                    "(whole collections; long)")
+    ap.add_argument("--skip-throughput", action="store_true", help="only the quality tables asked for")
     args = ap.parse_args()
     for name in ("scifact", "cacm"):
         if not (args.data / name / "corpus.jsonl").is_file():
@@ -255,19 +265,22 @@ def main() -> None:
         tmp = Path(tmp_name)
         cache = tmp / "cache"  # a cold cache: exports and vectors made in this run
         os.environ["HYBRIDSEARCH_EMBEDDING_CACHE"] = str(cache)
-        if args.workers:
+        if args.workers and not args.skip_throughput:
             program("redis-server")
             port = free_port()
             os.environ["HYBRIDSEARCH_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
             redis = start_redis(port)
         competitor = Competitor(args.compete)
         try:
-            anchor = anchor_model()
-            for name in ("scifact", "cacm"):
-                throughput(name, subset(args.data / name, args.docs, tmp / f"{name}-corpus"), tmp, args.workers,
-                           anchor, cache)
+            if not args.skip_throughput:
+                anchor = anchor_model()
+                for name in ("scifact", "cacm"):
+                    throughput(name, subset(args.data / name, args.docs, tmp / f"{name}-corpus"), tmp, args.workers,
+                               anchor, cache)
             if args.quality:
-                quality(args.data, tmp, cache)
+                quality(args.data, cache)
+            if args.passage_quality:
+                passage_quality(args.data, tmp, cache)
         finally:
             competitor.close()
             stop(redis)
