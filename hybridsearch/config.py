@@ -52,10 +52,10 @@ class Settings(BaseSettings):
         "vectors (cosine 0.9999 to float32's) vary with batch composition, so scores depend on a corpus's chunking")
     embedding_runtime: Literal["auto", "torch", "onnx-int8"] = Field(
         default="auto", description="auto: documents and queries run on ONNX Runtime, the float32 model exported "
-        "once into embedding_cache with its attention fused (the same vectors as torch; about 1.5x torch's "
+        "once into embedding_cache with its attention fused (the same vectors as torch; about 1.2x to 1.3x torch's "
         "throughput), torch where that cannot be made; torch: everything on torch; onnx-int8: an int8-quantised "
-        "export, about 2.5x float32 on a 2-core CPU with cosine about 0.993 to its vectors (embed the corpus and "
-        "search it with the same runtime)")
+        "export, about 1.5x to 1.7x float32 on a 2-core CPU with cosine about 0.993 to its vectors (embed the "
+        "corpus and search it with the same runtime)")
     encoder: str = Field(default="minilm", description="the encoder plugin (group hybridsearch.encoders): minilm "
                          "(all-MiniLM-L6-v2 from its package), sentence-transformers (any local model directory, "
                          "encoder_model_dir), or a third party's")

@@ -68,11 +68,11 @@ class MiniLMEncoder:
     `runtime="auto"` (the default) runs documents and queries on ONNX Runtime: the float32 model
     with its mean pooling, exported once into `cache` with its attention, GELU and layer norms
     fused (EXPORT_VERSION), and checked on a probe against the vectors torch gave when it was made
-    (cosine >= 0.9999); about 1.5x torch's throughput on documents and 5 ms instead of 13 per
-    query on 2 cores. A process whose export is kept never imports torch. Where onnxruntime is
+    (cosine >= 0.9999); about 1.2x to 1.3x torch's throughput on documents and 5 ms instead of 13
+    per query on 2 cores. A process whose export is kept never imports torch. Where onnxruntime is
     missing, or an export cannot be made or disagrees, everything runs on torch (logged once).
     `runtime="torch"` keeps everything on torch. `runtime="onnx-int8"` runs a dynamically
-    quantised int8 copy (per-channel weights): about 2.5x float32 on 2 cores, cosine about 0.993
+    quantised int8 copy (per-channel weights): about 1.5x to 1.7x float32 on 2 cores, cosine about 0.993
     to float32, so a corpus and its queries must both use it (bench/embed.py measures the ranking).
 
     `precision="float32"` (the default) gives a text the same vector, to within float rounding,
