@@ -692,6 +692,7 @@ with cluster_lock(admin.client, admin.errors, {key!r}, "a held lock"):
     engine.close()
 
 
+@pytest.mark.slow
 def test_merge_drops_replaced_copies_so_bm25_equals_the_embedded_engines(admin, name, tmp_path) -> None:
     """A re-ingest leaves a replaced copy of each chunk that Lucene's BM25 statistics count;
     `indices status` says so and `indices merge` drops them (after OpenSearch's retention leases
@@ -797,6 +798,7 @@ def test_a_reader_follows_a_reindex_to_another_knn_method(admin, name, monkeypat
     writer.close()
 
 
+@pytest.mark.slow
 def test_a_long_merge_says_what_the_node_is_merging(admin, name, monkeypatch) -> None:
     """While the merge task runs, a line every `report_every` seconds says which merges are under
     way. This small index merges at once, so its task is reported unfinished at its first two
@@ -879,6 +881,7 @@ def test_metadata_written_by_processes_at_once_all_holds(admin, name) -> None:
         f"k{n}-{i}": {"n": n, "i": i} for n in range(4) for i in range(8)}
 
 
+@pytest.mark.slow
 def test_a_long_restore_keeps_its_lock_and_a_lost_swap_answer_is_not_undone(admin, name, monkeypatch) -> None:
     import opensearchpy
 

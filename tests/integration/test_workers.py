@@ -104,6 +104,7 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, encoder) -> None:
     """`hybridsearch worker` (prefork, one process): its pool process is SIGKILLed while it runs
     the first task; the task goes back to the queue, a new pool process runs it, the job completes."""
@@ -150,6 +151,7 @@ def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, enco
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_a_batch_whose_process_keeps_dying_is_dead_lettered(redis_url, tmp_path) -> None:
     """The pool process running a batch is SIGKILLed on each of its first three deliveries (as a
     batch that runs out of memory would die): the fourth delivery dead-letters it instead of
@@ -456,6 +458,7 @@ def test_dead_lettered_batches_are_reported_and_retried(redis_url, tmp_path) -> 
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp_path) -> None:
     """`embed --enqueue --wait` with no worker warns (once) that nothing consumes the embed queue,
     keeps waiting, and completes when a worker starts; `graph --enqueue --wait` then finds the
@@ -491,6 +494,7 @@ def test_a_stalled_job_says_so_and_completes_once_a_worker_starts(redis_url, tmp
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_batches_that_expire_in_the_queue_end_the_job_and_are_retried(redis_url, tmp_path) -> None:
     """Tasks that waited in the queue past HYBRIDSEARCH_WORKER_TASK_EXPIRES are discarded by the
     worker that takes them: their batches are dead-lettered as expired, so `--wait` ends (exit 1,
@@ -611,6 +615,7 @@ def _journal_ops(idx: Path, op: str) -> dict[str, int]:
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_a_killed_main_worker_loses_nothing_and_doubles_nothing(redis_url, tmp_path) -> None:
     """The whole worker (main process and pool) is SIGKILLed mid-job; with a short visibility
     timeout Redis hands its unacknowledged tasks to a new worker; the job completes and every
@@ -650,6 +655,7 @@ def _redis(port: int, directory: Path) -> subprocess.Popen[bytes]:
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
     """Redis (append-only file) is SIGKILLed and started again while a worker runs a job: the worker
     reconnects, the job completes, every chunk has its vector, none twice."""
@@ -688,6 +694,7 @@ def test_a_redis_restart_mid_job_loses_nothing(tmp_path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.redis
+@pytest.mark.slow
 def test_killing_the_index_owner_loses_nothing_acknowledged(redis_url, tmp_path) -> None:
     """`ingest --executor celery` (the process that owns the index) is SIGKILLed while workers write
     vectors into the journal: the workers finish the job, and after reopening every journaled vector
