@@ -32,13 +32,13 @@ import numpy as np
 from scipy import sparse
 
 from hybridsearch.config import get_settings
-from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks, named_work
+from hybridsearch.engines import GraphSummary, Neighbors, Progress, WorkLinks, named_work
 
 _log = logging.getLogger("hybridsearch.graph")
 TOLERANCE = 1e-12
 MAX_ROUNDS = 1000
 CAP_QUANTILE = 0.99
-_COCITATION_BLOCK = 256  # works whose co-citation rows are computed together
+_COCITATION_PRODUCTS = 1 << 20  # co-citation products computed together (a block's memory: about 50 MB)
 
 
 class GraphHolder(Protocol):
@@ -58,10 +58,11 @@ def pagerank(n: int, src: np.ndarray, dst: np.ndarray, damping: float = 0.85) ->
     a.data[:] = 1.0  # duplicate edges were summed
     out = np.asarray(a.sum(axis=1)).ravel()
     dangling = out == 0
-    transition = sparse.diags(np.divide(1.0, out, out=np.zeros(n), where=~dangling)) @ a
+    # transposed once, to rows of cited nodes (a product with a CSC transpose was slower every round)
+    inflow = (sparse.diags(np.divide(1.0, out, out=np.zeros(n), where=~dangling)) @ a).T.tocsr()
     pr = np.full(n, 1.0 / n)
     for _ in range(MAX_ROUNDS):
-        nxt = damping * (transition.T @ pr) + (damping * pr[dangling].sum() + 1.0 - damping) / n
+        nxt = damping * (inflow @ pr) + (damping * pr[dangling].sum() + 1.0 - damping) / n
         nxt /= nxt.sum()
         change = np.abs(nxt - pr).sum()
         pr = nxt
@@ -98,61 +99,101 @@ def links_hash(links: Sequence[WorkLinks], damping: float, cocited_max: int) -> 
     return h.hexdigest()[:32]
 
 
-def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_max: int | None = None
-          ) -> tuple[dict[str, Neighbors], GraphSummary]:
-    """The graph of `links`: every indexed work's Neighbors, and the summary."""
-    start = time.perf_counter()
+def build(links: Sequence[WorkLinks], *, damping: float | None = None, cocited_max: int | None = None,
+          progress: Progress | None = None) -> tuple[dict[str, Neighbors], GraphSummary]:
+    """The graph of `links`: every indexed work's Neighbors, and the summary. `progress`, when
+    given, is called as progress(phase, done, total) during the long phase: ("citation graph:
+    co-citations", works done, works) after each block of works."""
     s = get_settings()
     damping = s.graph_damping if damping is None else damping
     cocited_max = s.graph_cocited_max if cocited_max is None else cocited_max
+    return _build(links, damping, cocited_max, links_hash(links, damping, cocited_max), progress)
+
+
+def _build(links: Sequence[WorkLinks], damping: float, cocited_max: int, digest: str, progress: Progress | None
+           ) -> tuple[dict[str, Neighbors], GraphSummary]:
+    """`build`, given the hash of its input (`links_hash`)."""
+    start = time.perf_counter()
     works = sorted({w.work_id for w in links})
     node = {w: i for i, w in enumerate(works)}
     chunk_of = {c: node[w.work_id] for w in links for c in w.chunks}  # chunk ids that do not name their work
     ym = {w.work_id: w.ym for w in links}
-    pairs: set[tuple[int, int]] = set()
     names = list(works)
+    citing: list[int] = []
+    cited: list[int] = []
     for w in links:
         a = node[w.work_id]
         for target in w.cites:
-            t = _resolve(target, node, chunk_of)
+            t = node[target] if target in node else _resolve(target, node, chunk_of)
             if t is None:  # a missing work; a missing `work#n` is the missing work `work`, whichever comes first
                 target = named_work(target)
                 node[target] = t = len(names)
                 names.append(target)
             if t != a:
-                pairs.add((a, t))
-    oriented = 0
-    for a, b in list(pairs):
-        if a < b and (b, a) in pairs:
-            ya, yb = ym.get(names[a]), ym.get(names[b])
-            if ya is None or yb is None:
-                continue
-            if ya % 100 == 0 or yb % 100 == 0:
-                ya, yb = ya // 100, yb // 100  # a year alone: the order within that year is unknown
-            if ya != yb:
-                pairs.discard((a, b) if ya < yb else (b, a))  # the older one cannot cite the newer
-                oriented += 1
+                citing.append(a)
+                cited.append(t)
     n, n_works = len(names), len(works)
-    edges = np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
-    src, dst = edges[:, 0], edges[:, 1]
+    keys = np.sort(np.array(citing, dtype=np.int64) * n + np.array(cited, dtype=np.int64))  # edge: citing * n + cited
+    keys = keys[np.diff(keys, prepend=-1) != 0]
+    dates = [ym[w] for w in works]
+    keys, oriented = _orient(keys, n, np.array([d or 0 for d in dates] + [0] * (n - n_works), dtype=np.int64),
+                             np.array([d is not None for d in dates] + [False] * (n - n_works), dtype=bool))
+    src, dst = keys // n, keys % n  # the distinct edges, in (citing, cited) order
     pr = pagerank(n, src, dst, damping)
-    indexed = np.arange(n) < n_works
-    auth = authority(pr, indexed)
-    cites: list[list[str]] = [[] for _ in range(n)]
-    cited_by: list[list[str]] = [[] for _ in range(n)]
-    for a, b in zip(src.tolist(), dst.tolist(), strict=True):
-        cites[a].append(names[b])
-        cited_by[b].append(names[a])
-    cocited = _cocitation(n, src, dst, n_works, cocited_max)
-    out = {names[i]: Neighbors(tuple(sorted(cites[i])), tuple(sorted(cited_by[i])),
-                               tuple(names[j] for j in cocited.get(i, ())), float(pr[i]), float(auth[i]))
-           for i in range(n_works)}
+    auth = authority(pr, np.arange(n) < n_works)
+    order = sorted(range(n), key=names.__getitem__)
+    rank = np.empty(n, dtype=np.int64)  # each node's place in name order
+    rank[order] = np.arange(n)
+    named = np.array(names, dtype=object)
+    cites = _by_name(src, dst, n_works, named[order], rank)
+    cited_by = _by_name(dst, src, n_works, named[order], rank)
+    cocited = _grouped(*_cocitation(n, src, dst, n_works, cocited_max, progress), named)
+    prs, auths = pr.tolist(), auth.tolist()
+    out = {names[i]: Neighbors(cites[i], cited_by[i], cocited[i], prs[i], auths[i]) for i in range(n_works)}
     has_out = np.zeros(n, dtype=bool)
     has_out[src] = True
-    summary = GraphSummary(hash=links_hash(links, damping, cocited_max), works=n_works, edges=len(pairs),
-                           oriented=oriented, missing=n - n_works, dangling=int((~has_out).sum()),
-                           pagerank_sum=float(pr.sum()), seconds=round(time.perf_counter() - start, 3))
+    summary = GraphSummary(hash=digest, works=n_works, edges=len(keys), oriented=oriented, missing=n - n_works,
+                           dangling=int((~has_out).sum()), pagerank_sum=float(pr.sum()),
+                           seconds=round(time.perf_counter() - start, 3))
     return out, summary
+
+
+def _orient(keys: np.ndarray, n: int, ym: np.ndarray, dated: np.ndarray) -> tuple[np.ndarray, int]:
+    """The edges `keys` (citing * n + cited, sorted, distinct) less the older -> newer one of each
+    pair of dated works citing each other, and how many pairs lost one (see the module docstring)."""
+    a, b = keys // n, keys % n
+    ahead = np.flatnonzero((a < b) & dated[a] & dated[b])  # a -> b, whose b -> a is looked for
+    back = b[ahead] * n + a[ahead]
+    order = np.argsort(back)  # looked up in order: much faster than at random
+    at = np.empty(len(back), dtype=np.int64)
+    at[order] = np.searchsorted(keys, back[order])
+    found = at < len(keys)
+    found[found] = keys[at[found]] == back[found]
+    ahead, at = ahead[found], at[found]
+    ya, yb = ym[a[ahead]], ym[b[ahead]]
+    alone = (ya % 100 == 0) | (yb % 100 == 0)  # a year alone: the order within that year is unknown
+    ya, yb = np.where(alone, ya // 100, ya), np.where(alone, yb // 100, yb)
+    older_cites_newer = np.where(ya < yb, ahead, at)[ya != yb]
+    keep = np.ones(len(keys), dtype=bool)
+    keep[older_cites_newer] = False
+    return keys[keep], len(older_cites_newer)
+
+
+def _grouped(ptr: np.ndarray, cols: np.ndarray, names: np.ndarray) -> list[tuple[str, ...]]:
+    """Row i of a compressed sparse layout, cols[ptr[i]:ptr[i + 1]], as a tuple of node names
+    (`names`: an object array)."""
+    named = names[cols].tolist()
+    bounds = ptr.tolist()
+    return [tuple(named[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _by_name(row: np.ndarray, col: np.ndarray, rows: int, by_name: np.ndarray, rank: np.ndarray
+             ) -> list[tuple[str, ...]]:
+    """For each node below `rows`, the names of the `col`s of the edges whose `row` it is, sorted
+    by name (`by_name`: the names in order, an object array; `rank`: each node's place there)."""
+    n = len(rank)
+    key = np.sort(row * n + rank[col])  # one number per edge, sorted by row, then by name
+    return _grouped(np.searchsorted(key // n, np.arange(rows + 1)), key % n, by_name)
 
 
 def _resolve(target: str, node: Mapping[str, int], chunk_of: Mapping[str, int]) -> int | None:
@@ -164,36 +205,59 @@ def _resolve(target: str, node: Mapping[str, int], chunk_of: Mapping[str, int]) 
     return node.get(named_work(target))
 
 
-def _cocitation(n: int, src: np.ndarray, dst: np.ndarray, n_works: int, limit: int) -> dict[int, list[int]]:
-    """For each indexed work, the indexed works most often cited together with it (ties by id order)."""
+def _cocitation(n: int, src: np.ndarray, dst: np.ndarray, n_works: int, limit: int,
+                progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For each indexed work, the indexed works most often cited together with it (ties by id
+    order), at most `limit`: work i's are cols[ptr[i]:ptr[i + 1]] of the returned (ptr, cols)."""
+    ptr = np.zeros(n_works + 1, dtype=np.int64)
     if limit <= 0 or len(src) == 0:
-        return {}
-    a = sparse.csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
-    a = a[:, :n_works].tocsc()
-    out: dict[int, list[int]] = {}
+        return ptr, np.zeros(0, dtype=np.int64)
+    keep = dst < n_works
+    a = sparse.csr_matrix((np.ones(int(keep.sum()), dtype=np.int32), (src[keep], dst[keep])), shape=(n, n_works))
+    at = a.T.tocsr()  # converted once (a block's columns of a CSC matrix were converted at every block)
     # a block of works at a time: the whole co-citation matrix grows with the square of the longest
-    # reference list (a survey citing 6,000 works took 0.9 GB), a block's rows only linearly
-    for start in range(0, n_works, _COCITATION_BLOCK):
-        stop = min(start + _COCITATION_BLOCK, n_works)
-        co = (a[:, start:stop].T @ a).tocsr()
-        for i in range(start, stop):
-            lo, hi = co.indptr[i - start], co.indptr[i - start + 1]
-            cols, counts = co.indices[lo:hi], co.data[lo:hi]
-            keep = cols != i
-            cols, counts = cols[keep], counts[keep]
-            if len(cols):
-                out[i] = cols[np.lexsort((cols, -counts))[:limit]].tolist()
-    return out
+    # reference list (a survey citing 6,000 works took 0.9 GB), a block's rows only linearly. A
+    # work's row costs one product per work cited by each of its citers; a block holds at most
+    # _COCITATION_PRODUCTS of them (or one work, if its row alone costs more), and few enough works
+    # that a pair's sort key below fits in 64 bits
+    cost = np.cumsum(at @ np.diff(a.indptr).astype(np.int64))
+    top = int(np.diff(at.indptr).max())  # the most works can share: the most citers of one work
+    span = (top + 1) * n_works
+    max_rows = (2**63 - 1) // span
+    taken = np.zeros(n_works, dtype=np.int64)
+    parts: list[np.ndarray] = []
+    lo = 0
+    while lo < n_works:
+        hi = int(np.searchsorted(cost, (cost[lo - 1] if lo else 0) + _COCITATION_PRODUCTS, "right"))
+        hi = min(max(lo + 1, hi), lo + max_rows)
+        co = at[lo:hi] @ a
+        row = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(co.indptr))
+        cols = co.indices.astype(np.int64)
+        off = cols != row + lo  # a work is not co-cited with itself
+        # one number per pair, sorted: by work, most shared citers first, ties by id order
+        key = np.sort(row[off] * span + (top - co.data[off].astype(np.int64)) * n_works + cols[off])
+        row = key // span
+        per_row = np.bincount(row, minlength=hi - lo)
+        first = np.arange(len(row)) - np.repeat(np.cumsum(per_row) - per_row, per_row) < limit
+        parts.append(key[first] % n_works)
+        taken[lo:hi] = np.minimum(per_row, limit)
+        lo = hi
+        if progress is not None:
+            progress("citation graph: co-citations", hi, n_works)
+    np.cumsum(taken, out=ptr[1:])
+    return ptr, np.concatenate(parts)
 
 
-def update_graph(holder: GraphHolder, *, force: bool = False) -> tuple[GraphSummary, bool]:
+def update_graph(holder: GraphHolder, *, force: bool = False, progress: Progress | None = None
+                 ) -> tuple[GraphSummary, bool]:
     """Build and store the graph unless the stored one was built from the same input; returns the
-    graph's summary and whether it was built now."""
+    graph's summary and whether it was built now. `progress` is as `build` calls it."""
     s = get_settings()
     links = holder.citation_links()
     old = holder.graph_summary()
-    if not force and old is not None and old.hash == links_hash(links, s.graph_damping, s.graph_cocited_max):
+    digest = links_hash(links, s.graph_damping, s.graph_cocited_max)
+    if not force and old is not None and old.hash == digest:
         return old, False
-    works, summary = build(links)
+    works, summary = _build(links, s.graph_damping, s.graph_cocited_max, digest, progress)
     holder.set_graph(works, summary)
     return summary, True

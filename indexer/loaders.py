@@ -47,7 +47,8 @@ class Loader(Protocol):
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, without a UTF-8 byte order mark at its start."""
+    """The file's bytes, without a UTF-8 byte order mark at its start: for files small by nature
+    (a markdown or text document); line-oriented files are streamed (`_read_lines`)."""
     try:
         return path.read_bytes().removeprefix(codecs.BOM_UTF8)
     except OSError as e:
@@ -63,21 +64,30 @@ def _read_text(path: Path) -> str:
 
 
 def _read_lines(path: Path, bad: Callable[[ValidationError], None] | None = None) -> Iterator[tuple[int, str]]:
-    """Non-blank lines with 1-based numbers. Splits on LF only (CRLF tolerated), so that U+2028 or
-    a form feed inside a JSON string never splits a record. Each line is decoded alone: one that is
-    not UTF-8 goes to `bad` (skipped and reported, as a malformed record is), or raises without it."""
-    for lineno, raw in enumerate(_read_bytes(path).split(b"\n"), 1):
-        try:
-            line = raw.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as e:
-            err = ValidationError(f"not UTF-8 ({e.reason} at byte {e.start + 1} of the line)", source=str(path),
-                                  line=lineno)
-            if bad is None:
-                raise err from e
-            bad(err)
-            continue
-        if line.strip():
-            yield lineno, line
+    """Non-blank lines with 1-based numbers, read as they are asked for (a corpus file is never held
+    whole). Splits on LF only (CRLF tolerated), so that U+2028 or a form feed inside a JSON string
+    never splits a record; a UTF-8 byte order mark at the file's start is dropped. Each line is
+    decoded alone: one that is not UTF-8 goes to `bad` (skipped and reported, as a malformed record
+    is), or raises without it."""
+    try:
+        with path.open("rb") as f:  # binary lines end at LF only
+            for lineno, raw in enumerate(f, 1):
+                raw = raw.removesuffix(b"\n")
+                if lineno == 1:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                try:
+                    line = raw.decode("utf-8").rstrip("\r")
+                except UnicodeDecodeError as e:
+                    err = ValidationError(f"not UTF-8 ({e.reason} at byte {e.start + 1} of the line)",
+                                          source=str(path), line=lineno)
+                    if bad is None:
+                        raise err from e
+                    bad(err)
+                    continue
+                if line.strip():
+                    yield lineno, line
+    except OSError as e:
+        raise ValidationError(f"cannot read: {e.strerror}", source=str(path)) from e
 
 
 def _json_records(path: Path, report: LoadReport, strict: bool) -> Iterator[tuple[int, Any]]:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hybridsearch.engines import WorkLinks
+from indexer import graph
 from indexer.graph import authority, build, links_hash, pagerank
 
 
@@ -90,11 +91,12 @@ def test_cocitation_counts_and_limit() -> None:
     assert build(links, cocited_max=0)[0]["a"].cocited == ()
 
 
-def test_cocitation_over_many_blocks_equals_counting_by_hand() -> None:
+def test_cocitation_over_many_blocks_equals_counting_by_hand(monkeypatch) -> None:
     """Co-citation is computed a block of works at a time (memory): over 700 works, across block
     edges, it equals counting the citing works by hand (most first, ties by id, at most 20)."""
     from collections import Counter
 
+    monkeypatch.setattr(graph, "_COCITATION_PRODUCTS", 64)  # dozens of blocks
     rng = np.random.default_rng(3)
     names = [f"w{i:03d}" for i in range(700)]
     cites = {w: tuple(names[j] for j in rng.choice(700, rng.integers(0, 12), replace=False) if names[j] != w)
@@ -104,6 +106,61 @@ def test_cocitation_over_many_blocks_equals_counting_by_hand() -> None:
         counts = Counter(o for c in cites.values() if w in c for o in c if o != w)
         want = tuple(sorted(counts, key=lambda o: (-counts[o], o))[:20])
         assert works[w].cocited == want, w
+
+
+def test_blocked_cocitation_equals_the_whole_matrix_and_reports_progress(monkeypatch) -> None:
+    """Blocks bounded by products (a survey's cited works alone exceed a block and get one each)
+    give what the whole co-citation matrix A^T A gives, and each block reports its progress."""
+    rng = np.random.default_rng(11)
+    n_works, n = 400, 430  # nodes 400.. are missing works: cited, never listed
+    edges = {(int(a), int(b)) for a, b in zip(rng.integers(0, n_works, 3000), rng.zipf(1.3, 3000) % n, strict=True)}
+    edges |= {(7, int(b)) for b in rng.choice(n, 150, replace=False)}  # a survey
+    edges = sorted((a, b) for a, b in edges if a != b)
+    src, dst = (np.array(x, dtype=np.int64) for x in zip(*edges, strict=True))
+    a = np.zeros((n, n_works), dtype=np.int64)
+    inside = dst < n_works
+    a[src[inside], dst[inside]] = 1
+    co = a.T @ a
+    np.fill_diagonal(co, 0)
+    calls: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(graph, "_COCITATION_PRODUCTS", 500)
+    ptr, cols = graph._cocitation(n, src, dst, n_works, 6, lambda *c: calls.append(c))
+    for i in range(n_works):
+        others = np.flatnonzero(co[i])
+        want = others[np.lexsort((others, -co[i, others]))][:6]
+        assert cols[ptr[i]:ptr[i + 1]].tolist() == want.tolist(), i
+    assert len(calls) > 5 and [c[0] for c in calls] == ["citation graph: co-citations"] * len(calls)
+    assert [c[1] for c in calls] == sorted({c[1] for c in calls}) and calls[-1][1:] == (n_works, n_works)
+
+
+def test_build_equals_the_plain_per_edge_definition() -> None:
+    """On a random graph with chunk ids, missing works, self-citations and dated pairs citing each
+    other, the neighbour lists and counts are those of the definition applied edge by edge."""
+    rng = np.random.default_rng(5)
+    ids = [f"w{i:03d}" for i in rng.permutation(300)]
+    dates = {w: None if rng.random() < 0.2 else int(rng.integers(1990, 1996) * 100 + rng.integers(0, 13))
+             for w in ids}
+    targets = ids + [f"{w}#1" for w in ids[:30]] + [f"gone{i}" for i in range(20)] + [f"gone{i}#2" for i in range(5)]
+    cites = {w: [targets[j] for j in rng.integers(0, len(targets), rng.integers(0, 8))] for w in ids}
+    for a, b in rng.integers(0, 300, (120, 2)).tolist():  # links.tsv pairs
+        cites[ids[a]].append(ids[b])
+        cites[ids[b]].append(ids[a])
+    works, s = build([WorkLinks(w, dates[w], tuple(cites[w])) for w in ids])
+    pairs = {(w, t.partition("#")[0]) for w, c in cites.items() for t in c if t.partition("#")[0] != w}
+    oriented = 0
+    for a, b in sorted(pairs):
+        if a < b and (b, a) in pairs and dates.get(a) is not None and dates.get(b) is not None:
+            ya, yb = dates[a], dates[b]
+            if ya % 100 == 0 or yb % 100 == 0:
+                ya, yb = ya // 100, yb // 100
+            if ya != yb:
+                pairs.discard((a, b) if ya < yb else (b, a))
+                oriented += 1
+    missing = {b for _, b in pairs if b.startswith("gone")}
+    assert (s.edges, s.oriented, s.missing) == (len(pairs), oriented, len(missing)) and oriented > 10
+    for w in ids:
+        assert works[w].cites == tuple(sorted(b for a, b in pairs if a == w)), w
+        assert works[w].cited_by == tuple(sorted(a for a, b in pairs if b == w)), w
 
 
 def test_authority_is_capped_and_log_scaled() -> None:

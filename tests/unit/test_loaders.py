@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -274,3 +276,31 @@ def test_a_line_that_is_not_utf8_is_one_rejected_record(tmp_path) -> None:
     assert str(report.rejected[0]).startswith(f"{f}:2") and "not UTF-8" in str(report.rejected[0])
     with pytest.raises(ValidationError, match=r"mixed.jsonl:2.*not UTF-8"):
         list(JsonlLoader().load(f, LoadReport(), strict=True))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("loader", [JsonlLoader(), BeirLoader()], ids=["jsonl", "beir"])
+def test_a_jsonl_corpus_is_streamed_not_read_whole(tmp_path, loader) -> None:
+    """The first record comes out while the rest of the file is still unwritten: a named pipe
+    whose writer holds back the second line until the loader has yielded the first record (a
+    loader reading the whole file would wait for the writer to give up, and get both at once)."""
+    pipe = tmp_path / "corpus.jsonl"
+    os.mkfifo(pipe)
+    first_out = threading.Event()
+    waited: list[bool] = []
+
+    def write() -> None:
+        with open(pipe, "wb") as f:
+            f.write(json.dumps({"id": "a", "title": "First", "text": "one"}).encode() + b"\n")
+            f.flush()
+            waited.append(first_out.wait(timeout=10))
+            f.write(json.dumps({"id": "b", "title": "Second", "text": "two"}).encode() + b"\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    ids = []
+    for doc in loader.load(pipe, LoadReport(), strict=True):
+        ids.append(doc.id)
+        first_out.set()
+    writer.join(timeout=20)
+    assert ids == ["a", "b"] and waited == [True]
