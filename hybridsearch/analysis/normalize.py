@@ -51,11 +51,11 @@ def fold_diacritics(text: str) -> str:
 
 
 def _generic(text: str) -> str:
-    if not text.isascii():
+    if not text.isascii():  # ASCII is its own NFKC form and holds no dash, quote, letter or symbol to fold
         text = _INVISIBLE.sub("", text).replace("\u200b", " ")
-    text = unicodedata.normalize("NFKC", text)
-    text = unify_dashes(text).translate(_QUOTES)
-    text = fold_diacritics(text).translate(_SYMBOLS)
+        text = unicodedata.normalize("NFKC", text)
+        text = unify_dashes(text).translate(_QUOTES)
+        text = fold_diacritics(text).translate(_SYMBOLS)
     # each step's output is left alone by the steps before it, so that normalising twice gives
     # what normalising once does (a query's focus is normalised text analysed again)
     if "\\" in text:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Iterable
+from itertools import chain
 
 import Stemmer
 
@@ -19,6 +20,9 @@ from hybridsearch.analysis.stopwords import ENGLISH_STOPWORDS
 
 EDGE_PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u00b7\u2022\u00bf\u00a1"
 _CACHE_LIMIT = 400_000
+# texts whose tokens are kept (the oldest dropped first): an ingest batch analyses each of its texts
+# twice, for the HDC codes and for BM25, and a few thousand texts span a batch
+_TEXTS_LIMIT = 8192
 # Lucene's whitespace tokenizer (OpenSearch's `max_token_length`, default 255) ends a token once
 # it holds this many UTF-16 code units, and goes on with the rest of the word as the next token
 MAX_TOKEN_UNITS = 255
@@ -38,22 +42,30 @@ class Analyzer:
         self.lexicon = lexicon if lexicon is not None else Lexicon.from_env()
         self._stemmer = Stemmer.Stemmer("porter")
         self._cache: dict[str, list[str]] = {}
+        self._texts: dict[str, tuple[str, ...]] = {}
 
     def normalize(self, text: str) -> str:
         return normalize(text, self.lexicon).lower()
 
     def analyze(self, text: str) -> list[str]:
-        """Text -> the token stream the BM25 index holds."""
-        out: list[str] = []
-        cache = self._cache
-        for raw in self.normalize(text).split():
-            toks = cache.get(raw)
-            if toks is None:
-                if len(cache) > _CACHE_LIMIT:
-                    cache.clear()
-                toks = cache[raw] = self._token(raw)
-            out.extend(toks)
-        return out
+        """Text -> the token stream the BM25 index holds (a new list each call)."""
+        done = self._texts.get(text)
+        if done is None:
+            words = self.normalize(text).split()
+            cache = self._cache
+            if len(cache) > _CACHE_LIMIT:
+                cache.clear()
+            for raw in set(words).difference(cache):
+                cache[raw] = self._token(raw)
+            try:
+                done = tuple(chain.from_iterable(map(cache.__getitem__, words)))
+            except KeyError:  # another thread emptied the cache meanwhile
+                done = tuple(t for w in words for t in self._token(w))
+            texts = self._texts
+            if len(texts) >= _TEXTS_LIMIT:
+                texts.pop(next(iter(texts)), None)
+            texts[text] = done
+        return list(done)
 
     def analyze_many(self, texts: Iterable[str]) -> list[str]:
         out: list[str] = []

@@ -13,7 +13,7 @@ Score meanings, the same on every engine whatever the engine scores internally:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,6 +26,7 @@ from hybridsearch.hdc import NBYTES, HdcEncoder
 from hybridsearch.models import BM25_FIELD_WEIGHTS, SCORED_FIELDS, Bm25Mode, DocInfo, Document, Filters, RankedList
 
 Codes = Mapping[str, np.ndarray]  # HDC field -> 512 packed uint8 bytes
+Progress = Callable[[str, int, int], None]  # a phase of long work: (what, done, total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +331,19 @@ class Neighborhood(Protocol):
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
         """Each chunk's work authority in [0, 1] as the last build computed it (what the reranker
         reads, without the neighbour lists); a chunk absent, or written since, has no entry."""
+        ...
+
+
+@runtime_checkable
+class DerivedIndexes(Protocol):
+    """An engine that derives indexes from its store itself (the embedded engine's vector
+    indexes): `checkpoint` brings them up to date on disk, and long work on them (replaying the
+    journal, building an HNSW graph) reports to `progress` while it is set."""
+
+    progress: Progress | None
+
+    def checkpoint(self) -> None:
+        """Bring every derived index up to date and save it, so that the next open replays little."""
         ...
 
 

@@ -119,6 +119,8 @@ def test_kill_mid_batch_loses_nothing_acknowledged(tmp_path) -> None:
         for b in batches:
             assert sum(1 for i in stored if i.startswith(f"b{b}-")) == BATCH
         assert set(acked) <= batches
+        e.knn(_vec(0, 0), 1)  # the vector indexes open when a search needs them
+        e.hamming(dict.fromkeys(("topic", "claim"), e.hdc_encoder().encode_query("x")["topic"]), 1)
         stats = e.stats().as_dict()
         assert stats["bm25_docs"] == stats["documents"] == stats["vectors"] == stats["dense_vectors"]
         assert stats["hdc_codes"] == stats["hdc_indexed"]["claim"] == stats["hdc_indexed"]["topic"] == len(stored)
@@ -171,8 +173,8 @@ def test_a_process_opening_while_the_owner_writes_sees_every_document(tmp_path, 
         owner.stdin.write("first\n")
         owner.stdin.flush()
         assert owner.stdout.readline().strip() == "written"
-        pending = ["during-open", "after-ids"]
-        real_max_seq, real_id_map = Store.max_seq, Store.id_map
+        pending = ["during-open", "afteropen"]
+        real_max_seq = Store.max_seq
 
         def owner_writes(name: str) -> None:
             assert owner.stdin is not None and owner.stdout is not None
@@ -186,21 +188,15 @@ def test_a_process_opening_while_the_owner_writes_sees_every_document(tmp_path, 
                 owner_writes(pending.pop(0))  # right after the opening process first reads the journal's end
             return seq
 
-        def id_map(self: Store) -> dict[int, str]:
-            ids = real_id_map(self)
-            if pending == ["after-ids"]:
-                owner_writes(pending.pop(0))  # between the label map and the seq the catch-up starts from
-            return ids
-
         monkeypatch.setattr(Store, "max_seq", max_seq)
-        monkeypatch.setattr(Store, "id_map", id_map)
         with EmbeddedEngine(idx) as reader:
-            assert not reader.owner and not pending
+            assert not reader.owner and pending == ["afteropen"]
+            owner_writes(pending.pop(0))  # after the open, before the dense index is first needed
             monkeypatch.undo()
-            for name in ("first", "during-open", "after-ids"):
+            for name in ("first", "during-open", "afteropen"):
                 assert reader.bm25(f"{name}word").ids == [name], name
                 assert reader.get([name])[name] == Document(id=name, title=f"{name}word", text="late arrival")
-            assert sorted(reader.knn(np.ones(384, np.float32), 10).ids) == ["after-ids", "during-open", "first"]
+            assert sorted(reader.knn(np.ones(384, np.float32), 10).ids) == ["afteropen", "during-open", "first"]
     finally:
         owner.stdin.close()  # type: ignore[union-attr]
         owner.wait(timeout=60)

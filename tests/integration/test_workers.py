@@ -54,7 +54,7 @@ def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder
     docs = list(BeirLoader().load(DEMO, LoadReport()))[:30]
     engine = EmbeddedEngine(tmp_path / "idx")
     engine.write(docs)
-    assert engine.stats().details["dense_vectors"] == 0
+    assert len(engine.vectors([d.id for d in docs])) == 0
     worker = start_worker(env)
     try:
         out = subprocess.run([EXE, "embed", "--enqueue", "--chunk", "10", "--index-dir",
@@ -66,7 +66,7 @@ def test_celery_worker_embeds_and_the_owner_applies(redis_url, tmp_path, encoder
         worker.terminate()
         worker.wait(timeout=30)
     # the owner sees the worker's journal entries without a restart
-    assert engine.stats().details["dense_vectors"] == 30
+    assert len(engine.vectors([d.id for d in docs])) == 30
     for d in docs[:5]:
         assert engine.knn(encoder.encode([d.dense_text])[0], 1).ids == [d.id]
     engine.close()
@@ -145,7 +145,7 @@ def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, enco
     log = worker.stderr.read() if worker.stderr else ""
     # it died holding a task, which went back to the queue (task_reject_on_worker_lost)
     assert "Task handler raised error: WorkerLostError('Worker exited prematurely: signal 9 (SIGKILL)" in log, log
-    assert engine.stats().details["dense_vectors"] == 30
+    assert len(engine.vectors([d.id for d in docs])) == 30
     engine.close()
 
 

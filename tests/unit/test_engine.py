@@ -30,6 +30,7 @@ def test_hnsw_above_the_exact_threshold(tmp_path) -> None:
     docs = [Document(id=f"d{i}", title=f"doc {i}", text="filler") for i in range(n)]
     with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
         e.write(docs, vecs)
+        e.knn(vecs[0], 1)
         assert e.stats().details["dense_mode"] == "hnsw"
         hits = sum(e.knn(vecs[i], 1).ids == [f"d{i}"] for i in range(0, n, 10))
         assert hits >= 38
@@ -38,7 +39,7 @@ def test_hnsw_above_the_exact_threshold(tmp_path) -> None:
         assert "d0" not in e.knn(vecs[0], 5).ids
         assert e.knn(vecs[1], 5).ids.count("d1") <= 1 and e.knn(unit_vectors(1, 77)[0], 1).ids == ["d1"]
     with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
-        assert e.stats().details["dense_mode"] == "hnsw" and e.knn(vecs[5], 1).ids == ["d5"]
+        assert e.knn(vecs[5], 1).ids == ["d5"] and e.stats().details["dense_mode"] == "hnsw"
 
 
 def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:
@@ -138,7 +139,7 @@ def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None
     vecs = rng.normal(size=(30_000, 64)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     index = DenseIndex(64, exact_max=1000)
-    index.upsert(dict(enumerate(vecs)))
+    index.upsert(np.arange(len(vecs)), vecs)
     assert index.hnsw
     allowed = set(range(0, 30_000, 1000))
     q = vecs[0] + vecs[7] * 0.5
@@ -151,20 +152,66 @@ def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None
 def test_hnsw_with_many_tombstones_still_returns_k_when_k_of_them_live() -> None:
     """Removed vectors stay in an HNSW graph as tombstones (until a fifth of it is, or 1,000), and
     the unfiltered walk skips them: with most of a small graph tombstoned it can end short of k.
-    Then the live vectors are scored exactly, float and binary alike."""
+    Then the live vectors are scored exactly."""
     import numpy as np
 
     from hybridsearch.engines.embedded.dense import DenseIndex
 
     rng = np.random.default_rng(0)
-    floats = rng.normal(size=(1200, 32)).astype(np.float32)
-    floats /= np.linalg.norm(floats, axis=1, keepdims=True)
-    bits = rng.integers(0, 256, size=(1200, 512), dtype=np.uint8)
-    for vecs, index in ((floats, DenseIndex(32, exact_max=100)), (bits, DenseIndex(4096, 100, binary=True))):
-        index.upsert(dict(enumerate(vecs)))
-        index.remove(list(range(999)))  # 999 tombstones, 201 live
-        assert index.hnsw and len(index) == 201
-        labels, scores = index.search(vecs[1199], 201, None)
-        assert sorted(labels) == list(range(999, 1200)) and labels[0] == 1199
-        assert scores == sorted(scores, reverse=True)
-        assert index.search(vecs[1199], 5, None)[0][0] == 1199
+    vecs = rng.normal(size=(1200, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = DenseIndex(32, exact_max=100)
+    index.upsert(np.arange(1200), vecs)
+    index.remove(list(range(999)))  # 999 tombstones, 201 live
+    assert index.hnsw and len(index) == 201
+    labels, scores = index.search(vecs[1199], 201, None)
+    assert sorted(labels) == list(range(999, 1200)) and labels[0] == 1199
+    assert scores == sorted(scores, reverse=True)
+    assert index.search(vecs[1199], 5, None)[0][0] == 1199
+    # a label written again is found under its new vector only; the rebuild past a fifth of
+    # tombstones keeps every live label
+    index.upsert([1199], vecs[:1])
+    assert index.search(vecs[0], 1, None)[0] == [1199]
+    found = dict(zip(*index.search(vecs[1199], 3, None), strict=True))
+    assert np.isclose(found.get(1199, 0.0), vecs[0] @ vecs[1199]) and max(found.values()) < 0.99
+    index.upsert(np.arange(999), vecs[:999])
+    index.upsert(np.arange(999), vecs[:999])  # the second time tombstones the first: past a fifth
+    assert not index._tombstones and len(index) == 1200 and index.search(vecs[5], 1, None)[0] == [5]
+
+
+def test_codes_are_searched_exactly_through_updates_removals_and_a_checkpoint(tmp_path) -> None:
+    """HDC codes: every search is exact Hamming (the brute-force answer), an update overwrites a
+    label's code, a removal fills its hole with the last row, and a checkpoint reloads the same."""
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import CodeIndex
+
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 256, size=(3000, 512), dtype=np.uint8)
+    labels = np.arange(10, 3010)
+    index = CodeIndex(4096)
+    index.upsert(labels, codes)
+    index.remove(list(range(10, 3010, 3)))  # a third removed, from everywhere in the matrix
+    index.upsert([11, 5000], codes[:2])  # 11 takes code 0; 5000 is new
+    truth = {int(lb): codes[i] for i, lb in enumerate(labels) if (lb - 10) % 3}
+    truth[11], truth[5000] = codes[0], codes[1]
+    q = codes[0] ^ (rng.random(512) < 0.05).astype(np.uint8)
+
+    def sim(lb: int) -> float:
+        return 1 - int(np.bitwise_count(truth[lb] ^ q).sum()) / 4096
+
+    def top(allowed: set[int] | None = None) -> list[float]:
+        return sorted((sim(lb) for lb in truth if allowed is None or lb in allowed), reverse=True)[:10]
+
+    index.save(tmp_path / "hdc.npz")
+    reloaded = CodeIndex.load(tmp_path / "hdc.npz", 4096)
+    assert reloaded.rebuilt is None
+    for idx in (index, reloaded):
+        assert len(idx) == len(truth) and sorted(idx.labels()) == sorted(truth)
+        labels_out, sims = idx.search(q, 10, None)
+        assert labels_out[0] == 11 and np.allclose(sims, top())
+        allowed = set(range(10, 400))
+        labels_out, sims = idx.search(q, 10, allowed)
+        assert set(labels_out) <= allowed and np.allclose(sims, top(allowed))
+        assert idx.score(q, [11, 14, 5000, 10]) == {lb: sim(lb) for lb in (11, 14, 5000)}
+        assert np.array_equal(idx.vectors([5000, 10])[5000], codes[1]) and 10 not in idx.vectors([10])

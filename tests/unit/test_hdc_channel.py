@@ -78,6 +78,10 @@ def test_codes_follow_updates_deletes_and_reopen(tmp_path) -> None:
         e.write([DOCS[2].model_copy(update={"text": "changed"})])
         assert e.stats().codes == 1
     with EmbeddedEngine(path) as e:
+        # the HDC indexes open when a search needs them (and say nothing before)
+        assert e.stats().details["hdc_indexed"] == dict.fromkeys(("topic", "claim", "role", "acts"))
+        code = enc.encode_document(new)["topic"]
+        assert e.hamming(dict.fromkeys(("topic", "claim", "role", "acts"), code), 5)["topic"].ids == ["sylow"]
         assert e.stats().details["hdc_indexed"] == {"topic": 1, "claim": 1, "role": 0, "acts": 0}
         assert [i for i, _ in e.missing_codes()] == ["no-title"]
 

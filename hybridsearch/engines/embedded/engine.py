@@ -8,6 +8,7 @@ import logging
 import os
 import sqlite3
 import threading
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ from hybridsearch.engines import (
     EngineStats,
     GraphSummary,
     Neighbors,
+    Progress,
     TermStat,
     TermStats,
     WorkLinks,
@@ -37,8 +39,8 @@ from hybridsearch.engines import (
     stale_analysis,
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
-from hybridsearch.engines.embedded.dense import DenseIndex
-from hybridsearch.engines.embedded.store import HDC_FIELDS, Store
+from hybridsearch.engines.embedded.dense import CodeIndex, DenseIndex
+from hybridsearch.engines.embedded.store import HDC_FIELDS, JournalEntry, Store
 from hybridsearch.errors import EngineError, HybridSearchError
 from hybridsearch.hdc import HdcEncoder
 from hybridsearch.hdc.algebra import DIM as HDC_DIM
@@ -46,7 +48,12 @@ from hybridsearch.models import DocInfo, Document, Filters, RankedList, check_un
 from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 
 _log = logging.getLogger("hybridsearch")
-_CHECKPOINT_EVERY = 20_000  # journal entries between dense checkpoints
+_CHECKPOINT_EVERY = 20_000  # journal entries applied to a vector index before it is saved again (at least)
+_PAGE = 50_000  # journal entries read and applied at a time
+# the journal operations that change each kind of vector index
+_OPS = {"dense": frozenset({"upsert", "delete", "vector"}), "hdc": frozenset({"upsert", "delete", "hdc"})}
+VectorIndex = DenseIndex | CodeIndex
+Rows = tuple[np.ndarray, np.ndarray]  # labels, and their vectors or codes as the rows of a matrix
 
 
 class EmbeddedEngine:
@@ -140,25 +147,23 @@ class EmbeddedEngine:
         elif stale:
             self.set_meta("analysis", ANALYSIS_RULES)
         self._open_bm25()
-        self.dense_index = DenseIndex.load(self.path / "dense.npz", self.dim, exact_max, store_id=store_id,
-                                           max_seq=self.store.max_seq)
-        # derived vector indexes: name -> (index, checkpoint path, fetch vectors by label)
-        self._vector_indexes: dict[str, tuple[DenseIndex, Path, Callable[[list[int]], dict[int, np.ndarray]]]] = {
-            "dense": (self.dense_index, self.path / "dense.npz", self.store.vectors_by_label)}
+        self._exact_max = exact_max
+        # derived vector indexes, opened when first needed: name -> (checkpoint path, open it, fetch
+        # its rows by label)
+        self._specs: dict[str, tuple[Path, Callable[[], VectorIndex], Callable[[list[int]], Rows]]] = {
+            "dense": (self.path / "dense.npz", partial(DenseIndex.load, self.path / "dense.npz", self.dim, exact_max,
+                                                       store_id=store_id, max_seq=self.store.max_seq),
+                      self.store.vector_rows)}
         for f in HDC_FIELDS:
-            idx = DenseIndex.load(self.path / f"hdc_{f}.npz", HDC_DIM, exact_max, binary=True, store_id=store_id,
-                                  max_seq=self.store.max_seq)
-            self._vector_indexes[f"hdc:{f}"] = (idx, self.path / f"hdc_{f}.npz",
-                                                 partial(self.store.codes_by_label, field=f))
-        for name, (idx, _, _) in self._vector_indexes.items():
-            if idx.rebuilt:
-                _log.warning("%s: rebuilding the %s index from the journal: %s", self.path, name, idx.rebuilt)
-        self._saved_seq = {name: -1 if idx.rebuilt else idx.applied_seq
-                           for name, (idx, _, _) in self._vector_indexes.items()}
+            self._specs[f"hdc:{f}"] = (self.path / f"hdc_{f}.npz",
+                                       partial(CodeIndex.load, self.path / f"hdc_{f}.npz", HDC_DIM, store_id=store_id,
+                                               max_seq=self.store.max_seq),
+                                       partial(self.store.code_rows, field=f))
+        self._loaded: dict[str, VectorIndex] = {}
+        self._saved_seq: dict[str, int] = {}
+        self.progress: Progress | None = None  # long work on the vector indexes reports here
         # the seq first: a commit between the two reads is then replayed by the catch-up, not missed
         self._seen_seq = self.store.max_seq()
-        self._id_of: dict[int, str] = self.store.id_map()
-        self._label_of: dict[str, int] = {v: k for k, v in self._id_of.items()}
         self._hdc_encoder: HdcEncoder | None = None
         self._info: dict[str, DocInfo] = {}
         self._data_version = -1
@@ -181,58 +186,89 @@ class EmbeddedEngine:
             self._catch_up()
 
     def _catch_up(self) -> None:
+        """Apply the journal past what each derived index holds, a page at a time: BM25 takes
+        upserts and deletes, each open vector index the operations that change it (_OPS)."""
         start = min([self.bm25_index.applied_seq, self._seen_seq]
-                    + [idx.applied_seq for idx, _, _ in self._vector_indexes.values()])
-        entries = self.store.journal_since(start)
-        for e in entries:
-            if e.seq > self._seen_seq:
-                self._info.pop(e.id, None)
-                if e.op == "delete":
-                    self._id_of.pop(e.label, None)
-                    self._label_of.pop(e.id, None)
-                else:
-                    self._id_of[e.label] = e.id
-                    self._label_of[e.id] = e.label
-        if not entries:
-            if not self.owner:
-                self.bm25_index.reload()
-            return
-        last = entries[-1].seq
-        self._seen_seq = max(self._seen_seq, last)
-        if self.owner:
-            todo = [e for e in entries if e.seq > self.bm25_index.applied_seq and e.op != "vector"]
-            if todo:
-                touched = {e.label: e.id for e in todo}
-                docs = self.store.docs_by_label(list(touched))
-                self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
-            else:  # only vector changes: BM25 is current, so the next catch-up need not read them again
-                self.bm25_index.applied_seq = max(self.bm25_index.applied_seq, last)
-        else:
+                    + [idx.applied_seq for idx in self._loaded.values()])
+        for entries in self.store.journal_pages(start, _PAGE):
+            last = entries[-1].seq
+            for e in entries:
+                if e.seq > self._seen_seq:
+                    self._info.pop(e.id, None)
+            self._seen_seq = max(self._seen_seq, last)
+            if self.owner:
+                todo = [e for e in entries if e.seq > self.bm25_index.applied_seq and e.op in ("upsert", "delete")]
+                if todo:
+                    touched = {e.label: e.id for e in todo}
+                    docs = self.store.docs_by_label(list(touched))
+                    self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
+                else:  # nothing BM25 indexes changed: the next catch-up need not read these again
+                    self.bm25_index.applied_seq = max(self.bm25_index.applied_seq, last)
+            for name, index in self._loaded.items():
+                self._apply(name, index, entries)
+        if not self.owner:
             self.bm25_index.reload()
-        for name, (index, _, fetch) in self._vector_indexes.items():
-            todo = [e for e in entries if e.seq > index.applied_seq]
-            if not todo:
-                continue
-            labels = list(dict.fromkeys(e.label for e in todo))
-            vectors = fetch(labels)
-            index.remove([lb for lb in labels if lb not in vectors])
-            index.upsert(vectors)
-            index.applied_seq = last
-            if self.owner and last - self._saved_seq[name] >= _CHECKPOINT_EVERY:
-                self._save(name)
 
-    def _save(self, name: str) -> None:
-        index, path, _ = self._vector_indexes[name]
+    def _apply(self, name: str, index: VectorIndex, entries: Sequence[JournalEntry]) -> None:
+        """Apply journal entries to one vector index: the rows of the labels they touch are read
+        from the store again (absent: removed). The owner saves the index when what it applied
+        since its last save reaches its size (at least _CHECKPOINT_EVERY), so that saving costs a
+        bounded share of the writes however large the index grows."""
+        ops = _OPS[name.split(":")[0]]
+        labels = list(dict.fromkeys(e.label for e in entries if e.seq > index.applied_seq and e.op in ops))
+        if labels:
+            found, rows = self._specs[name][2](labels)
+            index.remove(np.setdiff1d(np.array(labels, dtype=np.int64), found))
+            index.upsert(found, rows)
+        index.applied_seq = max(index.applied_seq, entries[-1].seq)
+        if self.owner and index.applied_seq - self._saved_seq[name] >= max(_CHECKPOINT_EVERY, len(index)):
+            self._save(name, index)
+
+    def _index(self, name: str) -> VectorIndex:
+        """The vector index `name`, opened from its checkpoint and caught up with the journal the
+        first time it is needed (one built from another store, ahead of the journal or unreadable
+        is rebuilt from the journal, with a warning that says so)."""
+        with self._lock:
+            index = self._loaded.get(name)
+            if index is not None:
+                return index
+            index = self._specs[name][1]()
+            if index.rebuilt:
+                _log.warning("%s: rebuilding the %s index from the journal: %s", self.path, name, index.rebuilt)
+            index.progress = self._report
+            self._saved_seq[name] = -1 if index.rebuilt else index.applied_seq
+            for entries in self.store.journal_pages(index.applied_seq, _PAGE):
+                self._apply(name, index, entries)
+                self._report(f"{name} index: applying the journal", entries[-1].seq, self._seen_seq)
+            self._loaded[name] = index
+            return index
+
+    def _report(self, what: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(what, done, total)
+
+    def _save(self, name: str, index: VectorIndex) -> None:
         if index.applied_seq != self._saved_seq[name]:
-            index.save(path)
+            index.save(self._specs[name][0])
             self._saved_seq[name] = index.applied_seq
 
     def checkpoint(self) -> None:
-        """Persist the vector indexes so that the next open replays less of the journal."""
+        """Bring the vector indexes up to date on disk, so that the next open replays little of the
+        journal: an open one is saved; one not open is opened, caught up, saved and let go (one at
+        a time) when the journal holds changes to it past its checkpoint: any change for the dense
+        index (an HNSW insert is dear to replay), _CHECKPOINT_EVERY for HDC codes (cheap to
+        replay; reading and writing a large index again is not)."""
         with self._lock:
-            if self.owner:
-                for name in self._vector_indexes:
-                    self._save(name)
+            if not self.owner:
+                return
+            for name, (path, _, _) in self._specs.items():
+                was_open = name in self._loaded
+                kind = name.split(":")[0]
+                due = 1 if kind == "dense" else _CHECKPOINT_EVERY
+                if was_open or self.store.count_since(_checkpoint_seq(path), _OPS[kind], due) >= due:
+                    self._save(name, self._index(name))
+                    if not was_open:
+                        del self._loaded[name]
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
@@ -326,14 +362,14 @@ class EmbeddedEngine:
         vec = check_query_vector(vec, self.dim)
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
-        labels, scores = self.dense_index.search(vec, k, allowed)
+        labels, scores = self._index("dense").search(vec, k, allowed)
         return self._ranked("dense", labels, scores)
 
     def vector_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         vec = check_query_vector(vec, self.dim)
         self.refresh()
-        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
-        return {labels[lb]: s for lb, s in self.dense_index.score(vec, list(labels)).items()}
+        labels = self.store.labels_of(ids)
+        return {labels[lb]: s for lb, s in self._index("dense").score(vec, list(labels)).items()}
 
     def passage_score(self, vec: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         vec = check_query_vector(vec, self.dim)
@@ -349,7 +385,7 @@ class EmbeddedEngine:
 
     def passage_vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         self.refresh()
-        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
+        labels = self.store.labels_of(ids)
         return {labels[lb]: p for lb, p in self.store.passages_by_label(list(labels), self.dim).items()}
 
     def hamming(self, codes: Codes, k: int = 10, filters: Filters | None = None) -> dict[str, RankedList]:
@@ -363,12 +399,12 @@ class EmbeddedEngine:
         """Per field, exact similarity to the chosen documents' codes (absent: no entry)."""
         codes = check_query_codes(codes)
         self.refresh()
-        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
+        labels = self.store.labels_of(ids)
         return {f: {labels[lb]: s for lb, s in self._hdc_index(f).score(code, list(labels)).items()}
                 for f, code in codes.items()}
 
-    def _hdc_index(self, field: str) -> DenseIndex:
-        return self._vector_indexes[f"hdc:{field}"][0]
+    def _hdc_index(self, field: str) -> VectorIndex:
+        return self._index(f"hdc:{field}")
 
     def hdc_encoder(self, *, ngrams: bool | None = None) -> HdcEncoder:
         """The HDC encoder for this index (its options are stored with the index)."""
@@ -395,18 +431,19 @@ class EmbeddedEngine:
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The dense vectors of chunks that have one."""
         self.refresh()
-        labels = {self._label_of[i]: i for i in ids if i in self._label_of}
-        return {labels[lb]: v for lb, v in self.dense_index.vectors(list(labels)).items()}
+        labels = self.store.labels_of(ids)
+        return {labels[lb]: v for lb, v in self._index("dense").vectors(list(labels)).items()}
 
     def vector_sample(self, n: int, filters: Filters | None = None) -> np.ndarray:
         self.refresh()
         allowed = None if filters is None or filters.is_empty() else self.store.filter_labels(filters)
         names = self.store.id_map()
-        labels = [lb for lb in self.dense_index.labels() if lb in names and (allowed is None or lb in allowed)]
+        dense = self._index("dense")
+        labels = [lb for lb in dense.labels() if lb in names and (allowed is None or lb in allowed)]
         chosen = [labels[i] for i in sample_order([names[lb] for lb in labels], n)]
-        got = self.dense_index.vectors(chosen)
+        got = dense.vectors(chosen)
         rows = [got[lb] for lb in chosen if lb in got]
-        return np.vstack(rows) if rows else np.zeros((0, self.dense_index.dim), dtype=np.float32)
+        return np.vstack(rows) if rows else np.zeros((0, dense.dim), dtype=np.float32)
 
     def work_chunks(self, work_ids: Sequence[str], filters: Filters | None = None) -> dict[str, DocInfo]:
         ids = self.store.work_chunks(work_ids, filters)
@@ -435,9 +472,12 @@ class EmbeddedEngine:
         self.store.set_meta(key, value)
 
     def _ranked(self, channel: str, labels: list[int], scores: list[float]) -> RankedList:
+        """Labels and scores as a ranked list of chunk ids; a label the store no longer holds (a
+        chunk deleted since the index applied the journal) is dropped."""
+        id_of = self.store.ids_of(labels)
         ids, out = [], []
         for lb, s in zip(labels, scores, strict=True):
-            id_ = self._id_of.get(lb)
+            id_ = id_of.get(lb)
             if id_ is not None:
                 ids.append(id_)
                 out.append(s)
@@ -453,10 +493,11 @@ class EmbeddedEngine:
             "journal_seq": self._seen_seq,
             "bm25_applied_seq": self.bm25_index.applied_seq,
             "bm25_docs": self.bm25_index.num_docs(),
-            "dense_applied_seq": self.dense_index.applied_seq,
-            "dense_vectors": len(self.dense_index),
-            "dense_mode": "hnsw" if self.dense_index.hnsw else "exact",
-            "hdc_indexed": {f: len(self._hdc_index(f)) for f in HDC_FIELDS},
+            # the vector indexes this process has open (None: not open, nothing loaded to say)
+            "dense_applied_seq": None if (d := self._loaded.get("dense")) is None else d.applied_seq,
+            "dense_vectors": None if d is None else len(d),
+            "dense_mode": None if d is None else "hnsw" if d.hnsw else "exact",
+            "hdc_indexed": {f: None if (h := self._loaded.get(f"hdc:{f}")) is None else len(h) for f in HDC_FIELDS},
             "bm25_fields": sorted(self.bm25_index.fields_present),
             "model": self.model,
             "graph": None if (g := self.store.graph_summary()) is None else g.as_dict(),
@@ -480,3 +521,13 @@ class EmbeddedEngine:
         self.close()
 
 
+
+
+def _checkpoint_seq(path: Path) -> int:
+    """The journal seq a vector index's checkpoint holds (its state's first number); -1 when there
+    is no readable one."""
+    try:
+        with np.load(path) as z:
+            return int(z["state"][0])
+    except (OSError, ValueError, KeyError, EOFError, IndexError, zipfile.BadZipFile):
+        return -1

@@ -259,10 +259,27 @@ class Store:
         number is one counter whichever thread asks."""
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
-    def journal_since(self, seq: int) -> list[JournalEntry]:
-        rows = self._read().execute("SELECT seq, op, id, label FROM journal WHERE seq > ? ORDER BY seq",
-                                 (seq,)).fetchall()
+    def journal_since(self, seq: int, limit: int = -1) -> list[JournalEntry]:
+        """The journal past `seq`, in order (at most `limit` entries; -1: all)."""
+        rows = self._read().execute("SELECT seq, op, id, label FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
+                                    (seq, limit)).fetchall()
         return [JournalEntry(*r) for r in rows]
+
+    def journal_pages(self, seq: int, size: int) -> Iterator[list[JournalEntry]]:
+        """The journal past `seq` in pages of at most `size` entries (one page in memory at a time)."""
+        while page := self.journal_since(seq, size):
+            yield page
+            if len(page) < size:
+                return
+            seq = page[-1].seq
+
+    def count_since(self, seq: int, ops: Iterable[str], cap: int) -> int:
+        """How many journal entries of `ops` lie past `seq`, counted up to `cap` (it reads from `seq`
+        on, at most `cap` of them)."""
+        ops = list(ops)
+        return int(self._read().execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM journal WHERE seq > ? AND op IN ({','.join('?' * len(ops))})"
+            " LIMIT ?)", (seq, *ops, cap)).fetchone()[0])
 
     def _rows_in(self, sql: str, keys: Sequence[object]) -> Iterator[tuple[Any, ...]]:
         """Rows of `sql`, whose `{marks}` is filled with placeholders for a slice of `keys` at a
@@ -278,21 +295,38 @@ class Store:
         return {id_: Document.model_validate_json(doc, strict=False)
                 for id_, doc in self._rows_in("SELECT id, doc FROM chunks WHERE id IN ({marks})", ids)}
 
-    def vectors_by_label(self, labels: Sequence[int]) -> dict[int, np.ndarray]:
-        sql = "SELECT label, vec FROM vectors WHERE label IN ({marks})"
-        return {label: np.frombuffer(blob, dtype=np.float32) for label, blob in self._rows_in(sql, labels)}
+    def _matrix(self, sql: str, labels: Sequence[int], dtype: type) -> tuple[np.ndarray, np.ndarray]:
+        """(labels found, their blobs as the rows of one matrix) for `sql` selecting label, blob."""
+        rows = list(self._rows_in(sql, labels))
+        found = np.array([r[0] for r in rows], dtype=np.int64)
+        mat: np.ndarray = np.frombuffer(b"".join(r[1] for r in rows), dtype=dtype).reshape(len(rows), -1) if rows \
+            else np.zeros((0, 0), dtype=dtype)
+        return found, mat
+
+    def vector_rows(self, labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(labels that have a vector, their vectors as rows)."""
+        return self._matrix("SELECT label, vec FROM vectors WHERE label IN ({marks})", labels, np.float32)
+
+    def code_rows(self, labels: Sequence[int], field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(labels that have a code of `field`, their codes as rows)."""
+        if field not in HDC_FIELDS:
+            raise ValueError(f"unknown HDC field {field!r}")
+        sql = f"SELECT label, {field} FROM hdc WHERE label IN ({{marks}}) AND {field} IS NOT NULL"
+        return self._matrix(sql, labels, np.uint8)
+
+    def labels_of(self, ids: Sequence[str]) -> dict[int, str]:
+        """{label: id} of the chunks among `ids` that the store holds."""
+        return dict(self._rows_in("SELECT label, id FROM chunks WHERE id IN ({marks})", list(dict.fromkeys(ids))))
+
+    def ids_of(self, labels: Sequence[int]) -> dict[int, str]:
+        """{label: id} of the chunks among `labels` that the store holds."""
+        return dict(self._rows_in("SELECT label, id FROM chunks WHERE label IN ({marks})", list(dict.fromkeys(labels))))
 
     def passages_by_label(self, labels: Sequence[int], dim: int) -> dict[int, np.ndarray]:
         """Each chunk's passage vectors (p, dim); chunks without them are absent."""
         sql = "SELECT label, passages FROM vectors WHERE passages IS NOT NULL AND label IN ({marks})"
         return {label: np.frombuffer(blob, dtype=np.float32).reshape(-1, dim)
                 for label, blob in self._rows_in(sql, labels)}
-
-    def codes_by_label(self, labels: Sequence[int], field: str) -> dict[int, np.ndarray]:
-        if field not in HDC_FIELDS:
-            raise ValueError(f"unknown HDC field {field!r}")
-        sql = f"SELECT label, {field} FROM hdc WHERE label IN ({{marks}}) AND {field} IS NOT NULL"
-        return {label: np.frombuffer(blob, dtype=np.uint8) for label, blob in self._rows_in(sql, labels)}
 
     # -- citation graph (built by indexer.graph; read directly, so nothing to apply) -------------
     def citation_links(self) -> list[WorkLinks]:
