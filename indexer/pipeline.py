@@ -22,6 +22,7 @@ from hybridsearch.embedcache import key as cache_key
 from hybridsearch.embeddings import LEGACY_RECORD, Encoder, PassagePooling, check_encoder, encoder_record
 from hybridsearch.engines import (
     BinarySearch,
+    DerivedIndexes,
     Engine,
     GraphStore,
     GraphSummary,
@@ -151,7 +152,7 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
     chunks: set[str] = set()  # the chunks written by this run
 
     def advance(batch_records: int, fraction: float) -> None:
-        bar.n = min(done + batch_records * fraction, bar.total or float("inf"))
+        bar.n = int(min(done + batch_records * fraction, bar.total or float("inf")))
         bar.refresh()
 
     try:
@@ -203,10 +204,48 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
             engine.set_meta("analysis", ANALYSIS_RULES)
         except HybridSearchError as e:  # the documents are in: this is a note on them, not the work
             _log.warning("could not record the analysis rules of the index (a later full ingest will): %s", e)
-    if graph and isinstance(engine, GraphStore):
-        summary.graph, summary.graph_built = update_graph(engine)
+    with PhaseBars(progress) as phases:
+        if isinstance(engine, DerivedIndexes):  # its derived indexes brought up to date, one at a time
+            engine.progress = phases
+            try:
+                engine.checkpoint()
+            finally:
+                engine.progress = None
+        if graph and isinstance(engine, GraphStore):
+            summary.graph, summary.graph_built = update_graph(engine, progress=phases)
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+class PhaseBars:
+    """A progress bar for each phase of long work that reports (what, done, total): a new `what`
+    closes the last bar and opens its own (with a rate and an ETA); nothing shows when disabled."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._bar: tqdm | None = None
+        self._what = ""
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None or what != self._what:
+            self.close()
+            self._bar, self._what = tqdm(desc=what, total=total, mininterval=1.0, leave=False), what
+        self._bar.total = total
+        self._bar.n = done
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> PhaseBars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def count_records(path: Path) -> int | None:
