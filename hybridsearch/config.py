@@ -46,6 +46,9 @@ class Settings(BaseSettings):
                                         "progress before a followed job warns that it may have no worker")
     worker_concurrency: int | None = Field(default=None, ge=1, description="worker processes (default: CPUs)")
     embedding_batch_size: int = Field(default=32, ge=1, description="texts per model batch of the encoder")
+    ingest_hdc_process: bool | None = Field(default=None, description="encode HDC codes in a helper process, a "
+                                            "batch ahead of the one being written (default: where the process "
+                                            "may use two cores or more and the input holds four batches or more)")
     embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="float32", description="float32: the same vectors (to float rounding) on every CPU and however a "
         "corpus is batched; bfloat16 (auto: where the CPU computes it natively) is 1.8x to 2.8x faster, but its "

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -15,13 +18,22 @@ import numpy as np
 from tqdm import tqdm
 
 from hybridsearch import plugins
-from hybridsearch.analysis import ANALYSIS_RULES, default_analyzer
+from hybridsearch.analysis import ANALYSIS_RULES, Analyzer, default_analyzer
+from hybridsearch.analysis.normalize import Lexicon
 from hybridsearch.config import get_settings
 from hybridsearch.embedcache import embedding_cache
 from hybridsearch.embedcache import key as cache_key
-from hybridsearch.embeddings import LEGACY_RECORD, Encoder, PassagePooling, check_encoder, encoder_record
+from hybridsearch.embeddings import (
+    LEGACY_RECORD,
+    Encoder,
+    PassagePooling,
+    check_encoder,
+    encoder_record,
+    usable_cores,
+)
 from hybridsearch.engines import (
     BinarySearch,
+    Codes,
     DerivedIndexes,
     Engine,
     GraphStore,
@@ -40,6 +52,7 @@ from hybridsearch.errors import (
     ValidationError,
 )
 from hybridsearch.hdc import HdcEncoder
+from hybridsearch.hdc.encoder import document_texts
 from hybridsearch.models import Document
 from indexer.graph import update_graph
 from indexer.loaders import JsonlLoader, Loader, LoadReport, detect_loader
@@ -155,10 +168,11 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
         bar.n = int(min(done + batch_records * fraction, bar.total or float("inf")))
         bar.refresh()
 
+    ahead = HdcAhead.start(hdc_encoder, total, batch_size)
     try:
-        for batch in _work_batches(docs, batch_size):
-            records = report.loaded + len(report.rejected) - done
-            batch = _given_fit(engine, _claimable(engine, batch, report, strict), report, strict)
+        for raw, seen, coded in ahead.batches(_work_batches(docs, batch_size), report):
+            records = seen - done
+            batch = _given_fit(engine, _claimable(engine, raw, report, strict), report, strict)
             if batch:
                 given = [d for d in batch if d.given_vectors is not None]
                 rest = [d for d in batch if d.given_vectors is None]
@@ -167,7 +181,7 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
                 got = embed(encoder, fresh, partial(advance, records)) if encoder is not None and fresh else None
                 vectors, passages = (None, None) if got is None else (got.vectors, got.passages)
                 summary.cached += 0 if got is None else got.cached
-                codes = {d.id: hdc_encoder.encode_document(d) for d in batch} if hdc_encoder is not None else None
+                codes = coded() if hdc_encoder is not None else None
                 # written without vectors, chunks whose text is unchanged keep the ones stored; given
                 # vectors are written as they came
                 parts = [([d for d in rest if d.id in kept], None, None), (fresh, vectors, passages)]
@@ -191,6 +205,7 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
             e.args = (e._render(),)
         raise
     finally:
+        ahead.close()
         bar.close()
     summary.loaded, summary.rejected = report.loaded, report.rejected
     if not summary.indexed:  # loaded records may still be rejected, their ids being other works' chunks
@@ -215,6 +230,104 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
             summary.graph, summary.graph_built = update_graph(engine, progress=phases)
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+class HdcAhead:
+    """A batch's HDC codes, encoded in a helper process while the batch before it is written: ingest's
+    two heaviest steps, HDC encoding and the writes (BM25 analysis, SQLite, tantivy), on two cores.
+    Without a helper (one core, a small input, HYBRIDSEARCH_INGEST_HDC_PROCESS=false, no encoder)
+    the codes are encoded here, when asked. A helper that dies is replaced by encoding here, with a
+    warning; the codes are the same either way."""
+
+    def __init__(self, encoder: HdcEncoder | None, pool: ProcessPoolExecutor | None) -> None:
+        self.encoder = encoder
+        self._pool = pool
+
+    @classmethod
+    def start(cls, encoder: HdcEncoder | None, total: int | None, batch_size: int) -> HdcAhead:
+        wanted = get_settings().ingest_hdc_process
+        if wanted is None:
+            wanted = usable_cores() >= 2 and (total is None or total >= 4 * batch_size)
+        if encoder is None or not wanted:
+            return cls(encoder, None)
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_hdc_helper,
+                                   initargs=(encoder.analyzer.lexicon, encoder.ngrams, encoder.ties))
+        return cls(encoder, pool)
+
+    def batches(self, batches: Iterator[list[Document]], report: LoadReport
+                ) -> Iterator[tuple[list[Document], int, Callable[[], dict[str, Codes]]]]:
+        """(batch, records the loader had read when it was made, its codes by chunk id when
+        called), the next batch read and sent to the helper before this one is yielded."""
+        def read() -> tuple[list[Document], int, Future[list[Analysed]] | None] | ValidationError | None:
+            try:
+                batch = next(batches, None)
+            except ValidationError as e:  # (--strict) raised once the batches before it are written
+                return e
+            if batch is None:
+                return None
+            seen = report.loaded + len(report.rejected)
+            return batch, seen, self._submit(batch)
+
+        nxt = read()
+        while nxt is not None:
+            if isinstance(nxt, ValidationError):
+                raise nxt
+            batch, seen, future = nxt
+            nxt = read()
+            yield batch, seen, partial(self._codes, batch, future)
+
+    def _submit(self, batch: list[Document]) -> Future[list[Analysed]] | None:
+        if self._pool is None:
+            return None
+        try:
+            return self._pool.submit(_hdc_encode, [document_texts(d) for d in batch])
+        except BrokenProcessPool:
+            return None
+
+    def _codes(self, batch: list[Document], future: Future[list[Analysed]] | None) -> dict[str, Codes]:
+        """The batch's codes; the texts the helper analysed are remembered by this process's
+        analyzer, so that BM25 takes their tokens instead of analysing them again."""
+        assert self.encoder is not None
+        if future is not None:
+            try:
+                done = future.result()
+                remember = self.encoder.analyzer.remember
+                for d, (_, tokens) in zip(batch, done, strict=True):
+                    for text, toks in zip(document_texts(d), tokens, strict=True):
+                        if text and toks is not None:
+                            remember(text, toks)
+                return {d.id: codes for d, (codes, _) in zip(batch, done, strict=True)}
+            except BrokenProcessPool:
+                _log.warning("the HDC helper process ended; encoding HDC codes in this process")
+                self.close()
+        return {d.id: self.encoder.encode_document(d) for d in batch}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+_HELPER_ENCODER: HdcEncoder | None = None
+
+
+def _hdc_helper(lexicon: Lexicon, ngrams: bool, ties: str) -> None:
+    """The helper process's encoder: the index's options and lexicon."""
+    global _HELPER_ENCODER
+    _HELPER_ENCODER = HdcEncoder(Analyzer(lexicon), ngrams=ngrams, ties=ties)
+
+
+Analysed = tuple[dict[str, np.ndarray], list[list[str] | None]]  # a document's codes, and its texts' tokens
+
+
+def _hdc_encode(texts: list[tuple[str | None, ...]]) -> list[Analysed]:
+    assert _HELPER_ENCODER is not None
+    analyze = _HELPER_ENCODER.analyzer.analyze
+    out = []
+    for doc in texts:
+        tokens = [analyze(t) if t else None for t in doc]
+        out.append((_HELPER_ENCODER.encode_analysed(tokens), tokens))
+    return out
 
 
 class PhaseBars:

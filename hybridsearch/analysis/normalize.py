@@ -37,6 +37,12 @@ _DEFAULT_LEXICON = "math_lexicon.txt"
 _SPACES = re.compile(r"[^\S ]|  ")  # whitespace other than one space
 
 
+def _translated(text: str, table: dict[int, str]) -> str:
+    """text.translate(table), skipped when no character of the table is in the text (translate
+    looks every character up: most of the time of normalising a long non-ASCII text)."""
+    return text.translate(table) if any(chr(c) in text for c in table) else text
+
+
 def unify_dashes(text: str) -> str:
     """Every dash and minus as "-" (one character for one)."""
     return _DASHES.sub("-", text)
@@ -46,7 +52,7 @@ def fold_diacritics(text: str) -> str:
     """Gödel -> Godel, Erdős -> Erdos, Łoś -> Los."""
     if text.isascii():
         return text
-    text = text.translate(_FOLD)
+    text = _translated(text, _FOLD)
     return unicodedata.normalize("NFC", _COMBINING.sub("", unicodedata.normalize("NFKD", text)))
 
 
@@ -54,8 +60,8 @@ def _generic(text: str) -> str:
     if not text.isascii():  # ASCII is its own NFKC form and holds no dash, quote, letter or symbol to fold
         text = _INVISIBLE.sub("", text).replace("\u200b", " ")
         text = unicodedata.normalize("NFKC", text)
-        text = unify_dashes(text).translate(_QUOTES)
-        text = fold_diacritics(text).translate(_SYMBOLS)
+        text = _translated(unify_dashes(text), _QUOTES)
+        text = _translated(fold_diacritics(text), _SYMBOLS)
     # each step's output is left alone by the steps before it, so that normalising twice gives
     # what normalising once does (a query's focus is normalised text analysed again)
     if "\\" in text:

@@ -10,7 +10,7 @@ whitespace tokenizer's 255 UTF-16 code units is emitted in the pieces that token
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import chain
 
 import Stemmer
@@ -61,11 +61,16 @@ class Analyzer:
                 done = tuple(chain.from_iterable(map(cache.__getitem__, words)))
             except KeyError:  # another thread emptied the cache meanwhile
                 done = tuple(t for w in words for t in self._token(w))
-            texts = self._texts
-            if len(texts) >= _TEXTS_LIMIT:
-                texts.pop(next(iter(texts)), None)
-            texts[text] = done
+            self.remember(text, done)
         return list(done)
+
+    def remember(self, text: str, tokens: Sequence[str]) -> None:
+        """Keep `tokens` as the analysis of `text` (analyze gives them without analysing it again):
+        for tokens analysed elsewhere, by this analyzer's rules."""
+        texts = self._texts
+        if len(texts) >= _TEXTS_LIMIT:
+            texts.pop(next(iter(texts)), None)
+        texts[text] = tuple(tokens)
 
     def analyze_many(self, texts: Iterable[str]) -> list[str]:
         out: list[str] = []

@@ -21,7 +21,7 @@ fields present on both sides (default weights topic 0.35, claim 0.35, role 0.20,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,11 @@ def index_options(stored: Mapping[str, Any] | None, *, ngrams: bool | None = Non
     return {"ngrams": bool(stored.get("ngrams", DEFAULT_NGRAMS)), "ties": stored.get("ties", "fixed")}
 
 
+def document_texts(doc: Document) -> tuple[str | None, ...]:
+    """The texts of a document that its FIELDS encode, in FIELDS order."""
+    return tuple(getattr(doc, DOC_FIELD[f]) for f in FIELDS)
+
+
 class HdcEncoder:
     def __init__(self, analyzer: Analyzer | None = None, *, ngrams: bool = False, ties: str = "content") -> None:
         if ties not in TIES:
@@ -117,10 +122,17 @@ class HdcEncoder:
         return majority(counts, n, tie)
 
     def encode_document(self, doc: Document) -> dict[str, np.ndarray]:
+        return self.encode_texts(document_texts(doc))
+
+    def encode_texts(self, texts: Sequence[str | None]) -> dict[str, np.ndarray]:
+        """The codes of a document's FIELDS texts (document_texts); an empty field has none."""
+        return self.encode_analysed([self.analyzer.analyze(t) if t else None for t in texts])
+
+    def encode_analysed(self, tokens: Sequence[Sequence[str] | None]) -> dict[str, np.ndarray]:
+        """The codes of a document's FIELDS texts, analysed."""
         out = {}
-        for f in FIELDS:
-            text = getattr(doc, DOC_FIELD[f])
-            code = self.encode_tokens(f, self.analyzer.analyze(text)) if text else None
+        for f, toks in zip(FIELDS, tokens, strict=True):
+            code = self.encode_tokens(f, list(toks)) if toks else None
             if code is not None:
                 out[f] = code
         return out

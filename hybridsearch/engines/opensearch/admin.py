@@ -18,7 +18,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -322,6 +322,15 @@ class Admin:
         return Change("ISM policy", name, "created")
 
     # -- logical indices --------------------------------------------------------------------------
+    def _live_docs(self, cat: Mapping[str, Any]) -> int:
+        """The chunks an index version holds: its live top-level documents (`_cat`'s docs.count
+        counts Lucene documents, nested passages and not yet merged-away copies included); a
+        closed index says what `_cat` does."""
+        if cat.get("status") == "close":
+            return int(cat.get("docs.count") or 0)
+        with self.errors("count documents"):
+            return int(self.client.count(index=cat["index"])["count"])
+
     def indices(self) -> list[LogicalIndex]:
         """Every logical index hybridsearch made on the cluster (versions with our `_meta`)."""
         with self.errors("list indices"):
@@ -342,7 +351,7 @@ class Admin:
             if meta.get("index") != m["name"]:
                 continue
             blocked = blocks.get(c["index"], {}).get("settings", {}).get("index", {}).get("blocks", {}).get("write")
-            v = Version(c["index"], int(m["version"]), int(c.get("docs.count") or 0), int(c.get("store.size") or 0),
+            v = Version(c["index"], int(m["version"]), self._live_docs(c), int(c.get("store.size") or 0),
                         c.get("health") or c.get("status") or "unknown",
                         sorted(aliases.get(c["index"], {}).get("aliases", {})), blocked == "true",
                         meta.get("reindexed_from"), int(c.get("docs.deleted") or 0))
