@@ -69,7 +69,10 @@ class Analyzer:
         for tokens analysed elsewhere, by this analyzer's rules."""
         texts = self._texts
         if len(texts) >= _TEXTS_LIMIT:
-            texts.pop(next(iter(texts)), None)
+            try:
+                texts.pop(next(iter(texts)), None)
+            except (RuntimeError, StopIteration):  # another thread changed the dict meanwhile
+                texts.clear()
         texts[text] = tuple(tokens)
 
     def analyze_many(self, texts: Iterable[str]) -> list[str]:

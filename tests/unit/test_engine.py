@@ -215,3 +215,39 @@ def test_codes_are_searched_exactly_through_updates_removals_and_a_checkpoint(tm
         assert set(labels_out) <= allowed and np.allclose(sims, top(allowed))
         assert idx.score(q, [11, 14, 5000, 10]) == {lb: sim(lb) for lb in (11, 14, 5000)}
         assert np.array_equal(idx.vectors([5000, 10])[5000], codes[1]) and 10 not in idx.vectors([10])
+
+
+def test_a_reloaded_hnsw_checkpoint_with_a_tombstoned_newest_label_rebuilds(tmp_path) -> None:
+    """Tombstoned vids keep their labels: a checkpoint whose newest label is a tombstone reloads
+    with room for it, and the rebuild past a fifth of tombstones keeps every live vector."""
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import DenseIndex
+
+    rng = np.random.default_rng(2)
+    vecs = rng.normal(size=(1300, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    labels = np.array([*range(1, 1200), 5000])
+    index = DenseIndex(16, exact_max=100)
+    index.upsert(labels, vecs[:1200])
+    index.remove([5000])
+    index.save(tmp_path / "dense.npz")
+    again = DenseIndex.load(tmp_path / "dense.npz", 16, 100)
+    again.remove(list(range(1, 1100)))  # past a fifth: rebuilt
+    assert not again._tombstones and len(again) == 100
+    assert again.search(vecs[1150], 1, None)[0] == [1151]
+
+
+def test_a_label_given_twice_keeps_its_last_row() -> None:
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import CodeIndex, DenseIndex
+
+    codes = CodeIndex(64)
+    codes.upsert([1, 2, 1], np.array([[1] * 8, [2] * 8, [3] * 8], dtype=np.uint8))
+    codes.remove([2, 2])
+    assert len(codes) == 1 and codes.vectors([1])[1].tolist() == [3] * 8
+    dense = DenseIndex(2, exact_max=10)
+    dense.upsert([7, 7], np.array([[1, 0], [0, 1]], dtype=np.float32))
+    dense.remove([8, 8])
+    assert len(dense) == 1 and dense.search(np.array([0, 1], np.float32), 5, None) == ([7], [1.0])

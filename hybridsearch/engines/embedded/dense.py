@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import faiss
@@ -31,6 +31,7 @@ faiss.omp_set_num_threads(1)
 _log = logging.getLogger("hybridsearch")
 _PARALLEL_FROM = 100_000  # below this many vectors one thread searches fastest
 _BUILD_SLICE = 5_000  # vectors added to a new HNSW graph between two progress reports
+_SCAN_ROWS = 1 << 16  # codes gathered and scanned at a time by a filtered Hamming search
 _READ_ERRORS = (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile)
 
 
@@ -53,8 +54,19 @@ def _lookup(arr: np.ndarray, keys: Sequence[int] | np.ndarray) -> np.ndarray:
     return out
 
 
+def _last_of_each(labels: np.ndarray, mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and rows with a label given twice kept once, with its last row."""
+    if len(labels) < 2:
+        return labels, mat
+    _, first_from_end = np.unique(labels[::-1], return_index=True)
+    if len(first_from_end) == len(labels):
+        return labels, mat
+    keep = np.sort(len(labels) - 1 - first_from_end)
+    return labels[keep], mat[keep]
+
+
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
-    """Write arrays to `path` atomically (a temporary file renamed over it), streamed to disk."""
+    """Write arrays to `path` atomically (a temporary file renamed over it, written as it goes)."""
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types its keywords as allow_pickle
@@ -66,10 +78,9 @@ class DenseIndex:
     which cannot remove, can tombstone old ones.
 
     Exact mode (IndexFlatIP) removes for real. When an upsert takes the index past `exact_max`
-    live vectors it is built again as HNSW once, from every live vector at a time on every core
-    (reported through `progress`); it is built again when tombstones pass a fifth of it."""
-
-    binary = False
+    live vectors it is built again as HNSW once, from every live vector at a time; it is built
+    again when tombstones pass a fifth of it. Large additions (a build, or a batch of
+    _BUILD_SLICE vectors or more) use every core and report to `progress` slice by slice."""
 
     def __init__(self, dim: int, exact_max: int) -> None:
         self.dim = dim
@@ -101,13 +112,13 @@ class DenseIndex:
         return self._live
 
     def upsert(self, labels: Sequence[int] | np.ndarray, mat: np.ndarray) -> None:
-        """Set the vectors (rows of `mat`) of distinct `labels`."""
+        """Set the vectors (rows of `mat`) of `labels` (a label given twice takes its last row)."""
         labels = np.asarray(labels, dtype=np.int64).ravel()
         with self._lock:
             self.remove(labels)
             if not len(labels):
                 return
-            mat = np.ascontiguousarray(mat, dtype=np.float32).reshape(len(labels), self.dim)
+            labels, mat = _last_of_each(labels, np.ascontiguousarray(mat, dtype=np.float32).reshape(len(labels), -1))
             vids = np.arange(self._next_vid, self._next_vid + len(labels), dtype=np.int64)
             self._next_vid += len(labels)
             self._vid_of = _fit(self._vid_of, int(labels.max()) + 1)
@@ -118,11 +129,11 @@ class DenseIndex:
             if not self.hnsw and self._live > self.exact_max:
                 self._rebuild(hnsw=True, adding=(vids, mat))
             else:
-                self._index.add_with_ids(mat, vids)
+                self._add(self._index, mat, vids)
 
     def remove(self, labels: Sequence[int] | np.ndarray) -> None:
         with self._lock:
-            vids = _lookup(self._vid_of, labels)
+            vids = np.unique(_lookup(self._vid_of, labels))
             vids = vids[vids > 0]
             if not len(vids):
                 return
@@ -142,22 +153,12 @@ class DenseIndex:
         base = faiss.downcast_index(self._index.index)
         vids = faiss.vector_to_array(self._index.id_map).astype(np.int64)
         mat = base.reconstruct_n(0, base.ntotal) if base.ntotal else np.zeros((0, self.dim), dtype=np.float32)
-        live = self._vid_of[self._label_of[vids]] == vids
+        live = _lookup(self._vid_of, self._label_of[vids]) == vids
         vids, mat = vids[live], mat[live]
         if adding is not None:
             vids, mat = np.concatenate([vids, adding[0]]), np.concatenate([mat, adding[1]])
         index = self._new_index(hnsw=hnsw)
-        faiss.omp_set_num_threads(os.cpu_count() or 1)
-        start = time.perf_counter()
-        try:
-            for lo in range(0, len(vids), _BUILD_SLICE):
-                index.add_with_ids(mat[lo:lo + _BUILD_SLICE], vids[lo:lo + _BUILD_SLICE])
-                if self.progress is not None:
-                    self.progress("building the dense HNSW graph", min(lo + _BUILD_SLICE, len(vids)), len(vids))
-        finally:
-            faiss.omp_set_num_threads(1)
-        if len(vids) > _BUILD_SLICE:
-            _log.info("built the dense HNSW graph of %d vectors in %.1fs", len(vids), time.perf_counter() - start)
+        self._add(index, mat, vids)
         self._index = index
         self.hnsw = hnsw
         labels = self._label_of[vids]
@@ -165,6 +166,25 @@ class DenseIndex:
         self._skip = None
         self._label_of[:] = 0
         self._label_of[vids] = labels
+
+    def _add(self, index: faiss.Index, mat: np.ndarray, vids: np.ndarray) -> None:
+        """Add vectors to `index`: a few on one thread; many on every core, in slices that report
+        to `progress` (an HNSW insert is the dear part of a build)."""
+        if len(vids) < _BUILD_SLICE:
+            index.add_with_ids(mat, vids)
+            return
+        what = "dense index: building the HNSW graph" if self.hnsw or self._live > self.exact_max \
+            else "dense index: adding vectors"
+        start = time.perf_counter()
+        faiss.omp_set_num_threads(os.cpu_count() or 1)
+        try:
+            for lo in range(0, len(vids), _BUILD_SLICE):
+                index.add_with_ids(mat[lo:lo + _BUILD_SLICE], vids[lo:lo + _BUILD_SLICE])
+                if self.progress is not None:
+                    self.progress(what, min(lo + _BUILD_SLICE, len(vids)), len(vids))
+        finally:
+            faiss.omp_set_num_threads(1)
+        _log.info("%s: %d vectors in %.1fs", what, len(vids), time.perf_counter() - start)
 
     def _params(self, sel: faiss.IDSelector | None, k: int) -> faiss.SearchParameters | None:
         if self.hnsw:
@@ -267,13 +287,27 @@ class DenseIndex:
         except _READ_ERRORS as e:
             self.rebuilt = f"its checkpoint could not be read ({type(e).__name__})"
             return self
-        self._vid_of = _fit(self._vid_of, int(vid_of[:, 0].max(initial=0)) + 1)
+        # tombstoned vids keep their labels: the label array spans those too
+        self._vid_of = _fit(self._vid_of, int(max(vid_of[:, 0].max(initial=0), label_of[:, 1].max(initial=0))) + 1)
         self._vid_of[vid_of[:, 0]] = vid_of[:, 1]
         self._label_of = _fit(self._label_of, next_vid)
         self._label_of[label_of[:, 0]] = label_of[:, 1]
         self._index, self._tombstones, self._live = index, set(tombstones.tolist()), len(vid_of)
         self.applied_seq, self._next_vid, self.hnsw = seq, next_vid, bool(hnsw)
         return self
+
+
+def saved_seq(path: Path, dim: int, store_id: str, *, codes: bool) -> int:
+    """The journal seq of the checkpoint at `path` if `load` would take it (its format, dimension
+    and store match), else -1 (none, or one that load would rebuild)."""
+    try:
+        with np.load(path) as z:
+            state = [int(x) for x in z["state"]]
+            fits = (len(state) == 3 and state[1:] == [CodeIndex._FORMAT, dim]) if codes else \
+                (len(state) == 4 and state[3] == dim)
+            return state[0] if fits and _same_store(z, store_id, state[0], None) else -1
+    except (*_READ_ERRORS, IndexError):
+        return -1
 
 
 def _same_store(z: np.lib.npyio.NpzFile, store_id: str, seq: int, max_seq: Callable[[], int] | None) -> bool:
@@ -288,14 +322,11 @@ class CodeIndex:
     at most 0.74 recall@10 on HDC codes, bench/hdc.py). An update overwrites its label's row and
     a removal moves the last row into the hole: nothing is tombstoned and nothing is rebuilt."""
 
-    binary = True
-    hnsw = False
     _FORMAT = 2  # checkpoints of format 1 held a faiss binary index
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.applied_seq = 0
-        self.progress: Progress | None = None
         self.store_id = ""
         self.rebuilt: str | None = None
         self._lock = threading.RLock()
@@ -312,11 +343,11 @@ class CodeIndex:
         return _lookup(self._row_of, labels)
 
     def upsert(self, labels: Sequence[int] | np.ndarray, mat: np.ndarray) -> None:
-        """Set the codes (rows of `mat`) of distinct `labels`."""
+        """Set the codes (rows of `mat`) of `labels` (a label given twice takes its last row)."""
         labels = np.asarray(labels, dtype=np.int64).ravel()
         if not len(labels):
             return
-        mat = np.asarray(mat, dtype=np.uint8).reshape(len(labels), -1)
+        labels, mat = _last_of_each(labels, np.asarray(mat, dtype=np.uint8).reshape(len(labels), -1))
         with self._lock:
             rows = self._rows(labels)
             old = rows > 0
@@ -339,7 +370,7 @@ class CodeIndex:
 
     def remove(self, labels: Sequence[int] | np.ndarray) -> None:
         with self._lock:
-            rows = self._rows(labels)
+            rows = np.unique(self._rows(labels))
             for r in sorted((rows[rows > 0] - 1).tolist(), reverse=True):
                 self._row_of[self._label_at[r]] = 0
                 last = self._n - 1
@@ -352,18 +383,29 @@ class CodeIndex:
     def search(self, vec: np.ndarray, k: int, allowed: set[int] | None) -> tuple[list[int], list[float]]:
         """Top-k (labels, similarity) for a query code, optionally within `allowed` labels."""
         with self._lock:
+            q = np.ascontiguousarray(vec, dtype=np.uint8).reshape(1, -1)
+            blocks: Iterable[tuple[np.ndarray | None, np.ndarray]]
             if allowed is None:
-                rows, codes = None, self._codes[:self._n]
+                blocks = [(None, self._codes[:self._n])]  # a view: nothing copied
             else:
                 rows = self._rows(list(allowed))
-                rows = rows[rows > 0] - 1
-                codes = self._codes[rows]
-            if not len(codes) or k <= 0:
+                rows = np.sort(rows[rows > 0] - 1)
+                # the filter's rows gathered a block at a time: a broad filter never copies the matrix
+                parts = np.split(rows, range(_SCAN_ROWS, len(rows), _SCAN_ROWS))
+                blocks = ((part, self._codes[part]) for part in parts)
+            if k <= 0:
                 return [], []
-            q = np.ascontiguousarray(vec, dtype=np.uint8).reshape(1, -1)
-            dist, found = faiss.knn_hamming(q, codes, min(k, len(codes)))
-            at = found[0] if rows is None else rows[found[0]]
-            return self._label_at[at].tolist(), (1.0 - dist[0] / self.dim).tolist()
+            found: list[np.ndarray] = []
+            for block_rows, codes in blocks:
+                if len(codes):
+                    _, at = faiss.knn_hamming(q, codes, min(k, len(codes)))
+                    found.append(at[0] if block_rows is None else block_rows[at[0]])
+            if not found:
+                return [], []
+            hits = np.concatenate(found)
+            dist = np.bitwise_count(np.bitwise_xor(self._codes[hits], q)).sum(axis=1)
+            order = np.lexsort((self._label_at[hits], dist))[:k]  # equal distances in label order
+            return self._label_at[hits[order]].tolist(), (1.0 - dist[order] / self.dim).tolist()
 
     def labels(self) -> list[int]:
         with self._lock:

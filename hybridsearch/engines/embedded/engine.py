@@ -8,7 +8,6 @@ import logging
 import os
 import sqlite3
 import threading
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -39,7 +38,7 @@ from hybridsearch.engines import (
     stale_analysis,
 )
 from hybridsearch.engines.embedded.bm25 import Bm25Index
-from hybridsearch.engines.embedded.dense import CodeIndex, DenseIndex
+from hybridsearch.engines.embedded.dense import CodeIndex, DenseIndex, saved_seq
 from hybridsearch.engines.embedded.store import HDC_FIELDS, JournalEntry, Store
 from hybridsearch.errors import EngineError, HybridSearchError
 from hybridsearch.hdc import HdcEncoder
@@ -50,6 +49,7 @@ from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 _log = logging.getLogger("hybridsearch")
 _CHECKPOINT_EVERY = 20_000  # journal entries applied to a vector index before it is saved again (at least)
 _PAGE = 50_000  # journal entries read and applied at a time
+_DUE_DENSE = 1000  # changes past the dense checkpoint that an ingest's end or a close saves
 # the journal operations that change each kind of vector index
 _OPS = {"dense": frozenset({"upsert", "delete", "vector"}), "hdc": frozenset({"upsert", "delete", "hdc"})}
 VectorIndex = DenseIndex | CodeIndex
@@ -132,9 +132,9 @@ class EmbeddedEngine:
         self._data_version = -1  # catch up now
 
     def _open_derived(self, exact_max: int) -> None:
-        """Open the derived indexes (each replays the journal past its checkpoint); one built from
-        another store, ahead of the journal, or unreadable is rebuilt from the journal, with a
-        warning that says so."""
+        """Open the BM25 index (it replays the journal past its checkpoint; one built from another
+        store, ahead of the journal, or unreadable is rebuilt from the journal, with a warning that
+        says so) and name the vector indexes, which open when first needed (`_index`)."""
         store_id = self.store.store_id
         stored = self.get_meta("lexicon")
         check_lexicon(stored, self.analyzer, str(self.path))
@@ -147,7 +147,6 @@ class EmbeddedEngine:
         elif stale:
             self.set_meta("analysis", ANALYSIS_RULES)
         self._open_bm25()
-        self._exact_max = exact_max
         # derived vector indexes, opened when first needed: name -> (checkpoint path, open it, fetch
         # its rows by label)
         self._specs: dict[str, tuple[Path, Callable[[], VectorIndex], Callable[[list[int]], Rows]]] = {
@@ -160,7 +159,7 @@ class EmbeddedEngine:
                                                max_seq=self.store.max_seq),
                                        partial(self.store.code_rows, field=f))
         self._loaded: dict[str, VectorIndex] = {}
-        self._saved_seq: dict[str, int] = {}
+        self._unsaved: dict[str, int] = {}  # labels each open vector index changed since its last save
         self.progress: Progress | None = None  # long work on the vector indexes reports here
         # the seq first: a commit between the two reads is then replayed by the catch-up, not missed
         self._seen_seq = self.store.max_seq()
@@ -211,17 +210,18 @@ class EmbeddedEngine:
 
     def _apply(self, name: str, index: VectorIndex, entries: Sequence[JournalEntry]) -> None:
         """Apply journal entries to one vector index: the rows of the labels they touch are read
-        from the store again (absent: removed). The owner saves the index when what it applied
-        since its last save reaches its size (at least _CHECKPOINT_EVERY), so that saving costs a
-        bounded share of the writes however large the index grows."""
+        from the store again (absent: removed). The owner saves the index when the labels it
+        changed since its last save reach its size (at least _CHECKPOINT_EVERY), so that saving
+        costs a bounded share of the writes however large the index grows."""
         ops = _OPS[name.split(":")[0]]
         labels = list(dict.fromkeys(e.label for e in entries if e.seq > index.applied_seq and e.op in ops))
         if labels:
             found, rows = self._specs[name][2](labels)
             index.remove(np.setdiff1d(np.array(labels, dtype=np.int64), found))
             index.upsert(found, rows)
+            self._unsaved[name] += len(labels)
         index.applied_seq = max(index.applied_seq, entries[-1].seq)
-        if self.owner and index.applied_seq - self._saved_seq[name] >= max(_CHECKPOINT_EVERY, len(index)):
+        if self.owner and self._unsaved[name] >= max(_CHECKPOINT_EVERY, len(index)):
             self._save(name, index)
 
     def _index(self, name: str) -> VectorIndex:
@@ -235,11 +235,13 @@ class EmbeddedEngine:
             index = self._specs[name][1]()
             if index.rebuilt:
                 _log.warning("%s: rebuilding the %s index from the journal: %s", self.path, name, index.rebuilt)
-            index.progress = self._report
-            self._saved_seq[name] = -1 if index.rebuilt else index.applied_seq
+            if isinstance(index, DenseIndex):
+                index.progress = self._report
+            self._unsaved[name] = 0
             for entries in self.store.journal_pages(index.applied_seq, _PAGE):
                 self._apply(name, index, entries)
-                self._report(f"{name} index: applying the journal", entries[-1].seq, self._seen_seq)
+                self._report(f"{name} index: applying the journal", entries[-1].seq,
+                             max(self._seen_seq, entries[-1].seq))
             self._loaded[name] = index
             return index
 
@@ -248,25 +250,29 @@ class EmbeddedEngine:
             self.progress(what, done, total)
 
     def _save(self, name: str, index: VectorIndex) -> None:
-        if index.applied_seq != self._saved_seq[name]:
+        """Save the index if it changed since its last save (or was rebuilt from the journal)."""
+        if self._unsaved[name] or index.rebuilt:
             index.save(self._specs[name][0])
-            self._saved_seq[name] = index.applied_seq
+            self._unsaved[name], index.rebuilt = 0, None
 
     def checkpoint(self) -> None:
         """Bring the vector indexes up to date on disk, so that the next open replays little of the
-        journal: an open one is saved; one not open is opened, caught up, saved and let go (one at
-        a time) when the journal holds changes to it past its checkpoint: any change for the dense
-        index (an HNSW insert is dear to replay), _CHECKPOINT_EVERY for HDC codes (cheap to
-        replay; reading and writing a large index again is not)."""
+        journal: an open one is saved if it changed; one not open is opened, caught up, saved and
+        let go (one at a time) when the journal holds enough changes to it past its checkpoint (one
+        load would not take counts from 0): _DUE_DENSE for the dense index (an HNSW insert is dear
+        to replay), _CHECKPOINT_EVERY for HDC codes (cheap to replay, dear to read and write)."""
         with self._lock:
             if not self.owner:
                 return
             for name, (path, _, _) in self._specs.items():
                 was_open = name in self._loaded
                 kind = name.split(":")[0]
-                due = 1 if kind == "dense" else _CHECKPOINT_EVERY
-                if was_open or self.store.count_since(_checkpoint_seq(path), _OPS[kind], due) >= due:
-                    self._save(name, self._index(name))
+                due = _DUE_DENSE if kind == "dense" else _CHECKPOINT_EVERY
+                seq = saved_seq(path, self.dim if kind == "dense" else HDC_DIM, self.store.store_id,
+                                codes=kind != "dense")
+                if was_open or self.store.count_since(seq, _OPS[kind], due) >= due:
+                    index = self._index(name)
+                    self._save(name, index)
                     if not was_open:
                         del self._loaded[name]
 
@@ -496,7 +502,7 @@ class EmbeddedEngine:
             # the vector indexes this process has open (None: not open, nothing loaded to say)
             "dense_applied_seq": None if (d := self._loaded.get("dense")) is None else d.applied_seq,
             "dense_vectors": None if d is None else len(d),
-            "dense_mode": None if d is None else "hnsw" if d.hnsw else "exact",
+            "dense_mode": None if not isinstance(d, DenseIndex) else "hnsw" if d.hnsw else "exact",
             "hdc_indexed": {f: None if (h := self._loaded.get(f"hdc:{f}")) is None else len(h) for f in HDC_FIELDS},
             "bm25_fields": sorted(self.bm25_index.fields_present),
             "model": self.model,
@@ -507,12 +513,14 @@ class EmbeddedEngine:
         """Close the index. The owner first applies what other processes committed, so that what
         it leaves on disk is current when no other process takes over the derived indexes."""
         with self._lock:
-            if self.owner:
-                self.refresh()
-            self.checkpoint()
-            self.bm25_index.close()
-            self.store.close()
-            self._lock_file.close()
+            try:
+                if self.owner:
+                    self.refresh()
+                self.checkpoint()
+            finally:
+                self.bm25_index.close()
+                self.store.close()
+                self._lock_file.close()
 
     def __enter__(self) -> EmbeddedEngine:
         return self
@@ -522,12 +530,3 @@ class EmbeddedEngine:
 
 
 
-
-def _checkpoint_seq(path: Path) -> int:
-    """The journal seq a vector index's checkpoint holds (its state's first number); -1 when there
-    is no readable one."""
-    try:
-        with np.load(path) as z:
-            return int(z["state"][0])
-    except (OSError, ValueError, KeyError, EOFError, IndexError, zipfile.BadZipFile):
-        return -1
