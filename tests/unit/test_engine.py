@@ -130,7 +130,7 @@ def _raised(call) -> list[BaseException]:  # noqa: ANN001
 
 def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None:
     """HNSW walks the graph and skips what the filter refuses, so with 1 vector in 1,000 allowed it
-    can end short of k; those are then scored exactly, as every one that passes would be."""
+    would find them poorly or end short of k: so few are scored exactly instead."""
     import numpy as np
 
     from hybridsearch.engines.embedded.dense import DenseIndex

@@ -22,7 +22,6 @@ from hybridsearch.engines import Progress
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 100
-HNSW_EF_SEARCH = 128
 
 # One query at a time needs no OpenMP team, and faiss' idle OpenMP threads spin and steal the
 # cores from torch's query embedding (it doubled dense latency). Bulk HNSW builds use all cores.
@@ -31,6 +30,7 @@ faiss.omp_set_num_threads(1)
 _log = logging.getLogger("hybridsearch")
 _PARALLEL_FROM = 100_000  # below this many vectors one thread searches fastest
 _BUILD_SLICE = 5_000  # vectors added to a new HNSW graph between two progress reports
+_EXACT_FILTERED = 2_000  # vectors passing a filter that an HNSW index scores exactly instead of walking
 _SCAN_ROWS = 1 << 16  # codes gathered and scanned at a time by a filtered Hamming search
 _READ_ERRORS = (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile)
 
@@ -82,9 +82,10 @@ class DenseIndex:
     again when tombstones pass a fifth of it. Large additions (a build, or a batch of
     _BUILD_SLICE vectors or more) use every core and report to `progress` slice by slice."""
 
-    def __init__(self, dim: int, exact_max: int) -> None:
+    def __init__(self, dim: int, exact_max: int, ef_search: int = 256) -> None:
         self.dim = dim
         self.exact_max = exact_max
+        self.ef_search = ef_search  # vectors an HNSW search examines (at least k)
         self.applied_seq = 0
         self.progress: Progress | None = None
         self._lock = threading.RLock()
@@ -103,7 +104,7 @@ class DenseIndex:
         if hnsw:
             base = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
             base.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-            base.hnsw.efSearch = HNSW_EF_SEARCH
+            base.hnsw.efSearch = self.ef_search
         else:
             base = faiss.IndexFlatIP(self.dim)
         return faiss.IndexIDMap2(base)
@@ -188,8 +189,8 @@ class DenseIndex:
 
     def _params(self, sel: faiss.IDSelector | None, k: int) -> faiss.SearchParameters | None:
         if self.hnsw:
-            return faiss.SearchParametersHNSW(sel=sel, efSearch=max(HNSW_EF_SEARCH, k)) if sel is not None \
-                else faiss.SearchParametersHNSW(efSearch=max(HNSW_EF_SEARCH, k))
+            return faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, k)) if sel is not None \
+                else faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
         return None if sel is None else faiss.SearchParameters(sel=sel)
 
     def search(self, vec: np.ndarray, k: int, allowed: set[int] | None) -> tuple[list[int], list[float]]:
@@ -204,6 +205,10 @@ class DenseIndex:
                 vids = vids[vids > 0]
                 if not len(vids):
                     return [], []
+                if self.hnsw and len(vids) <= _EXACT_FILTERED:
+                    # few pass the filter: scored exactly (an HNSW walk that skips nearly every
+                    # vector it meets finds them poorly)
+                    return self._exact(vec, self._label_of[vids].tolist(), k)
                 sel = faiss.IDSelectorBatch(vids)
             elif self._tombstones:
                 if self._skip is None:
@@ -228,10 +233,13 @@ class DenseIndex:
                 # an HNSW walk that skips vectors (those the filter refuses, or tombstones) can end
                 # short of k when few pass: those that pass are scored exactly instead, so nothing
                 # the filter lets through is withheld
-                wanted = self._label_of[vids].tolist() if allowed is not None else self.labels()
-                exact = sorted(self.score(vec, wanted).items(), key=lambda x: (-x[1], x[0]))[:k]
-                return [lb for lb, _ in exact], [sc for _, sc in exact]
+                return self._exact(vec, self._label_of[vids].tolist() if allowed is not None else self.labels(), k)
             return labels, out
+
+    def _exact(self, vec: np.ndarray, labels: list[int], k: int) -> tuple[list[int], list[float]]:
+        """The top-k of `labels` by exact cosine (ties by label)."""
+        exact = sorted(self.score(vec, labels).items(), key=lambda x: (-x[1], x[0]))[:k]
+        return [lb for lb, _ in exact], [sc for _, sc in exact]
 
     def labels(self) -> list[int]:
         """The labels that hold a vector."""
@@ -264,13 +272,13 @@ class DenseIndex:
                        store=np.frombuffer(self.store_id.encode(), dtype=np.uint8))
 
     @classmethod
-    def load(cls, path: Path, dim: int, exact_max: int, *, store_id: str = "",
+    def load(cls, path: Path, dim: int, exact_max: int, *, ef_search: int = 256, store_id: str = "",
              max_seq: Callable[[], int] | None = None) -> DenseIndex:
         """The checkpoint at `path`, or an empty index (which the journal refills) when there is
         none, or when it cannot be read, was built from another store or is ahead of the journal
         (its last seq, `max_seq()`, read after the checkpoint: the owner may commit and checkpoint
         meanwhile); then `rebuilt` says why."""
-        self = cls(dim, exact_max)
+        self = cls(dim, exact_max, ef_search)
         self.store_id = store_id
         if not path.exists():
             return self

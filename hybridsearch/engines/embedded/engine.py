@@ -135,6 +135,8 @@ class EmbeddedEngine:
         """Open the BM25 index (it replays the journal past its checkpoint; one built from another
         store, ahead of the journal, or unreadable is rebuilt from the journal, with a warning that
         says so) and name the vector indexes, which open when first needed (`_index`)."""
+        from hybridsearch.config import get_settings
+
         store_id = self.store.store_id
         stored = self.get_meta("lexicon")
         check_lexicon(stored, self.analyzer, str(self.path))
@@ -151,6 +153,7 @@ class EmbeddedEngine:
         # its rows by label)
         self._specs: dict[str, tuple[Path, Callable[[], VectorIndex], Callable[[list[int]], Rows]]] = {
             "dense": (self.path / "dense.npz", partial(DenseIndex.load, self.path / "dense.npz", self.dim, exact_max,
+                                                       ef_search=get_settings().dense_ef_search,
                                                        store_id=store_id, max_seq=self.store.max_seq),
                       self.store.vector_rows)}
         for f in HDC_FIELDS:
