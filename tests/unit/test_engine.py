@@ -251,3 +251,25 @@ def test_a_label_given_twice_keeps_its_last_row() -> None:
     dense.upsert([7, 7], np.array([[1, 0], [0, 1]], dtype=np.float32))
     dense.remove([8, 8])
     assert len(dense) == 1 and dense.search(np.array([0, 1], np.float32), 5, None) == ([7], [1.0])
+
+
+def test_a_dense_checkpoint_of_the_earlier_layout_still_loads(tmp_path) -> None:
+    """Checkpoints used to hold the faiss index as one serialised array (`index.npy`); now it is
+    streamed into its own member. Both load to the same index."""
+    import faiss
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import DenseIndex
+
+    vecs = np.eye(8, dtype=np.float32)
+    index = DenseIndex(8, exact_max=100)
+    index.upsert(np.arange(1, 9), vecs)
+    index.applied_seq = 8
+    index.save(tmp_path / "new.npz")
+    with np.load(tmp_path / "new.npz") as z:
+        arrays = {k: z[k] for k in z.files if k != "index.faiss"}
+    np.savez(tmp_path / "old.npz", index=faiss.serialize_index(index._index), **arrays)
+    for name in ("new.npz", "old.npz"):
+        loaded = DenseIndex.load(tmp_path / name, 8, 100)
+        assert loaded.rebuilt is None and loaded.applied_seq == 8 and len(loaded) == 8
+        assert loaded.search(vecs[3], 1, None)[0] == [4]

@@ -65,12 +65,30 @@ def _last_of_each(labels: np.ndarray, mat: np.ndarray) -> tuple[np.ndarray, np.n
     return labels[keep], mat[keep]
 
 
-def _write_npz(path: Path, **arrays: np.ndarray) -> None:
-    """Write arrays to `path` atomically (a temporary file renamed over it, written as it goes)."""
+_FAISS_MEMBER = "index.faiss"  # a dense checkpoint's faiss index, beside its arrays (older ones: index.npy)
+
+
+def _write_npz(path: Path, index: faiss.Index | None = None, **arrays: np.ndarray) -> None:
+    """Write arrays (and a faiss index) to `path` atomically: a temporary file, written as it goes
+    (the faiss index streamed into its member, never copied whole in memory), renamed over it.
+    np.load reads the arrays."""
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types its keywords as allow_pickle
+    with zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
+        for name, arr in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr))
+        if index is not None:
+            with z.open(_FAISS_MEMBER, "w", force_zip64=True) as f:
+                faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
     os.replace(tmp, path)
+
+
+def _read_faiss(path: Path, z: np.lib.npyio.NpzFile) -> faiss.Index:
+    """The faiss index of a dense checkpoint, streamed from its member."""
+    if "index" in z.files:  # written before the index was streamed
+        return faiss.deserialize_index(z["index"])
+    with zipfile.ZipFile(path) as zf, zf.open(_FAISS_MEMBER) as f:
+        return faiss.read_index(faiss.PyCallbackIOReader(f.read))
 
 
 class DenseIndex:
@@ -264,7 +282,7 @@ class DenseIndex:
         with self._lock:
             live = np.flatnonzero(self._vid_of)
             kept = np.flatnonzero(self._label_of)
-            _write_npz(path, index=faiss.serialize_index(self._index),
+            _write_npz(path, self._index,
                        vid_of=np.stack([live, self._vid_of[live]], axis=1),
                        label_of=np.stack([kept, self._label_of[kept]], axis=1),
                        tombstones=np.array(sorted(self._tombstones), dtype=np.int64),
@@ -290,7 +308,7 @@ class DenseIndex:
                 if not _same_store(z, store_id, seq, max_seq):
                     self.rebuilt = "it was built from another store"
                     return self
-                index = faiss.deserialize_index(z["index"])
+                index = _read_faiss(path, z)
                 vid_of, label_of, tombstones = z["vid_of"], z["label_of"], z["tombstones"]
         except _READ_ERRORS as e:
             self.rebuilt = f"its checkpoint could not be read ({type(e).__name__})"

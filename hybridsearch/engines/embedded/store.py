@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS vectors(label INTEGER PRIMARY KEY, model TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS hdc(label INTEGER PRIMARY KEY, topic BLOB, claim BLOB, role BLOB, acts BLOB);
 CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
     id TEXT NOT NULL, label INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS journal_op ON journal(op, seq);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS graph(work_id TEXT PRIMARY KEY, cites TEXT NOT NULL, cited_by TEXT NOT NULL,
     cocited TEXT NOT NULL, pagerank REAL NOT NULL, authority REAL NOT NULL);
@@ -274,8 +275,8 @@ class Store:
             seq = page[-1].seq
 
     def count_since(self, seq: int, ops: Iterable[str], cap: int) -> int:
-        """How many journal entries of `ops` lie past `seq`, counted up to `cap` (it reads from `seq`
-        on, at most `cap` of them)."""
+        """How many journal entries of `ops` lie past `seq`, counted up to `cap` (through the index
+        on (op, seq): at most `cap` entries of each op are read, whatever else the journal holds)."""
         ops = list(ops)
         return int(self._read().execute(
             f"SELECT count(*) FROM (SELECT 1 FROM journal WHERE seq > ? AND op IN ({','.join('?' * len(ops))})"
