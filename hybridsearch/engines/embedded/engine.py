@@ -261,18 +261,19 @@ class EmbeddedEngine:
     def checkpoint(self) -> None:
         """Bring the vector indexes up to date on disk, so that the next open replays little of the
         journal: an open one is saved if it changed; one not open is opened, caught up, saved and
-        let go (one at a time) when the journal holds enough changes to it past its checkpoint (one
-        load would not take counts from 0): _DUE_DENSE for the dense index (an HNSW insert is dear
-        to replay), _CHECKPOINT_EVERY for HDC codes (cheap to replay, dear to read and write)."""
+        let go (one at a time) when the journal holds enough changes to it past its checkpoint: any
+        without a checkpoint load would take, else _DUE_DENSE for the dense index (an HNSW insert
+        is dear to replay), _CHECKPOINT_EVERY for HDC codes (cheap to replay, dear to read and
+        write whole)."""
         with self._lock:
             if not self.owner:
                 return
             for name, (path, _, _) in self._specs.items():
                 was_open = name in self._loaded
                 kind = name.split(":")[0]
-                due = _DUE_DENSE if kind == "dense" else _CHECKPOINT_EVERY
                 seq = saved_seq(path, self.dim if kind == "dense" else HDC_DIM, self.store.store_id,
                                 codes=kind != "dense")
+                due = 1 if seq < 0 else _DUE_DENSE if kind == "dense" else _CHECKPOINT_EVERY
                 if was_open or self.store.count_since(seq, _OPS[kind], due) >= due:
                     index = self._index(name)
                     self._save(name, index)
