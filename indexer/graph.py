@@ -124,7 +124,7 @@ def _build(links: Sequence[WorkLinks], damping: float, cocited_max: int, digest:
     for w in links:
         a = node[w.work_id]
         for target in w.cites:
-            t = node[target] if target in node else _resolve(target, node, chunk_of)
+            t = _resolve(target, node, chunk_of)
             if t is None:  # a missing work; a missing `work#n` is the missing work `work`, whichever comes first
                 target = named_work(target)
                 node[target] = t = len(names)

@@ -321,13 +321,9 @@ Analysed = tuple[dict[str, np.ndarray], list[list[str] | None]]  # a document's 
 
 
 def _hdc_encode(texts: list[tuple[str | None, ...]]) -> list[Analysed]:
-    assert _HELPER_ENCODER is not None
-    analyze = _HELPER_ENCODER.analyzer.analyze
-    out = []
-    for doc in texts:
-        tokens = [analyze(t) if t else None for t in doc]
-        out.append((_HELPER_ENCODER.encode_analysed(tokens), tokens))
-    return out
+    encoder = _HELPER_ENCODER
+    assert encoder is not None
+    return [(encoder.encode_analysed(tokens), tokens) for tokens in map(encoder.analyse_texts, texts)]
 
 
 class PhaseBars:

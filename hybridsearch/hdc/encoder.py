@@ -126,7 +126,11 @@ class HdcEncoder:
 
     def encode_texts(self, texts: Sequence[str | None]) -> dict[str, np.ndarray]:
         """The codes of a document's FIELDS texts (document_texts); an empty field has none."""
-        return self.encode_analysed([self.analyzer.analyze(t) if t else None for t in texts])
+        return self.encode_analysed(self.analyse_texts(texts))
+
+    def analyse_texts(self, texts: Sequence[str | None]) -> list[list[str] | None]:
+        """Each of a document's FIELDS texts analysed (None for an empty one)."""
+        return [self.analyzer.analyze(t) if t else None for t in texts]
 
     def encode_analysed(self, tokens: Sequence[Sequence[str] | None]) -> dict[str, np.ndarray]:
         """The codes of a document's FIELDS texts, analysed."""

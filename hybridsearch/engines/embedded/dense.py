@@ -3,7 +3,7 @@ up to a size, HNSW above it) and binary codes by Hamming similarity (CodeIndex: 
 
 Both map labels (the store's chunk labels) to what they hold in numpy arrays indexed by label, not
 Python dicts (a million entries cost 8 bytes each, not about a hundred), and take and give
-matrices: `upsert(labels, mat)`. Labels within one call are distinct."""
+matrices: `upsert(labels, mat)` (a label given twice in one call takes its last row)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,11 @@ _SCAN_ROWS = 1 << 16  # codes gathered and scanned at a time by a filtered Hammi
 _READ_ERRORS = (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile)
 
 
-
 def _fit(arr: np.ndarray, size: int) -> np.ndarray:
-    """`arr` (1-d, zero-filled past its end) long enough to index `size - 1`; grows by half at least."""
+    """`arr` (zero-filled past its end) with at least `size` rows; grows by half at least."""
     if size <= len(arr):
         return arr
-    out = np.zeros(max(size, len(arr) + len(arr) // 2, 1024), dtype=arr.dtype)
+    out = np.zeros((max(size, len(arr) + len(arr) // 2, 1024), *arr.shape[1:]), dtype=arr.dtype)
     out[:len(arr)] = arr
     return out
 
@@ -278,6 +277,11 @@ class DenseIndex:
         return dict(zip(found, sims.tolist(), strict=True))
 
     # -- persistence (a checkpoint; the journal replays whatever came after it) -----------------
+    @staticmethod
+    def fits(state: list[int], dim: int) -> bool:
+        """Whether a checkpoint's state (seq, next vid, hnsw, dim) is one `load` takes for `dim`."""
+        return len(state) == 4 and state[3] == dim
+
     def save(self, path: Path) -> None:
         with self._lock:
             live = np.flatnonzero(self._vid_of)
@@ -302,8 +306,9 @@ class DenseIndex:
             return self
         try:
             with np.load(path) as z:
-                seq, next_vid, hnsw, saved_dim = (int(x) for x in z["state"])
-                if saved_dim != dim:
+                state = [int(x) for x in z["state"]]
+                seq, next_vid, hnsw, _ = state
+                if not cls.fits(state, dim):
                     return self
                 if not _same_store(z, store_id, seq, max_seq):
                     self.rebuilt = "it was built from another store"
@@ -323,15 +328,13 @@ class DenseIndex:
         return self
 
 
-def saved_seq(path: Path, dim: int, store_id: str, *, codes: bool) -> int:
-    """The journal seq of the checkpoint at `path` if `load` would take it (its format, dimension
-    and store match), else -1 (none, or one that load would rebuild)."""
+def saved_seq(kind: type[DenseIndex | CodeIndex], path: Path, dim: int, store_id: str) -> int:
+    """The journal seq of the checkpoint at `path` if `kind.load` would take it (its format,
+    dimension and store match), else -1 (none, or one that load would rebuild)."""
     try:
         with np.load(path) as z:
             state = [int(x) for x in z["state"]]
-            fits = (len(state) == 3 and state[1:] == [CodeIndex._FORMAT, dim]) if codes else \
-                (len(state) == 4 and state[3] == dim)
-            return state[0] if fits and _same_store(z, store_id, state[0], None) else -1
+            return state[0] if kind.fits(state, dim) and _same_store(z, store_id, state[0], None) else -1
     except (*_READ_ERRORS, IndexError):
         return -1
 
@@ -382,11 +385,7 @@ class CodeIndex:
             if not len(new):
                 return
             end = self._n + len(new)
-            if end > len(self._codes):
-                grown = np.zeros((max(end, len(self._codes) + len(self._codes) // 2, 1024), self._codes.shape[1]),
-                                 dtype=np.uint8)
-                grown[:self._n] = self._codes[:self._n]
-                self._codes = grown
+            self._codes = _fit(self._codes, end)
             self._codes[self._n:end] = mat[~old]
             self._label_at = _fit(self._label_at, end)
             self._label_at[self._n:end] = new
@@ -454,6 +453,11 @@ class CodeIndex:
             chosen = np.asarray(labels, dtype=np.int64)[present]
             return dict(zip(chosen.tolist(), (1.0 - dist / self.dim).tolist(), strict=True))
 
+    @classmethod
+    def fits(cls, state: list[int], dim: int) -> bool:
+        """Whether a checkpoint's state (seq, format, dim) is one `load` takes for `dim`."""
+        return len(state) == 3 and state[1:] == [cls._FORMAT, dim]
+
     def save(self, path: Path) -> None:
         with self._lock:
             _write_npz(path, codes=self._codes[:self._n], labels=self._label_at[:self._n],
@@ -470,11 +474,11 @@ class CodeIndex:
             return self
         try:
             with np.load(path) as z:
-                state = z["state"]
-                if len(state) != 3 or int(state[1]) != cls._FORMAT or int(state[2]) != dim:
+                state = [int(x) for x in z["state"]]
+                if not cls.fits(state, dim):
                     self.rebuilt = "its checkpoint is of an earlier format"
                     return self
-                if not _same_store(z, store_id, int(state[0]), max_seq):
+                if not _same_store(z, store_id, state[0], max_seq):
                     self.rebuilt = "it was built from another store"
                     return self
                 codes, labels = z["codes"], z["labels"].astype(np.int64)
@@ -484,5 +488,5 @@ class CodeIndex:
         self._codes, self._label_at, self._n = codes, labels, len(labels)
         self._row_of = _fit(self._row_of, int(labels.max(initial=0)) + 1)
         self._row_of[labels] = np.arange(1, len(labels) + 1)
-        self.applied_seq = int(state[0])
+        self.applied_seq = state[0]
         return self

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,10 +50,20 @@ _log = logging.getLogger("hybridsearch")
 _CHECKPOINT_EVERY = 20_000  # journal entries applied to a vector index before it is saved again (at least)
 _PAGE = 50_000  # journal entries read and applied at a time
 _DUE_DENSE = 1000  # changes past the dense checkpoint that an ingest's end or a close saves
-# the journal operations that change each kind of vector index
-_OPS = {"dense": frozenset({"upsert", "delete", "vector"}), "hdc": frozenset({"upsert", "delete", "hdc"})}
 VectorIndex = DenseIndex | CodeIndex
 Rows = tuple[np.ndarray, np.ndarray]  # labels, and their vectors or codes as the rows of a matrix
+
+
+class _Spec(NamedTuple):
+    """A vector index of the engine: where its checkpoint is, how it is opened and fed."""
+
+    path: Path
+    kind: type[VectorIndex]
+    dim: int
+    ops: frozenset[str]  # the journal operations that change it
+    due: int  # changes past its checkpoint that an ingest's end or a close saves
+    open: Callable[[], VectorIndex]
+    fetch: Callable[[list[int]], Rows]  # its rows by label
 
 
 class EmbeddedEngine:
@@ -149,18 +159,19 @@ class EmbeddedEngine:
         elif stale:
             self.set_meta("analysis", ANALYSIS_RULES)
         self._open_bm25()
-        # derived vector indexes, opened when first needed: name -> (checkpoint path, open it, fetch
-        # its rows by label)
-        self._specs: dict[str, tuple[Path, Callable[[], VectorIndex], Callable[[list[int]], Rows]]] = {
-            "dense": (self.path / "dense.npz", partial(DenseIndex.load, self.path / "dense.npz", self.dim, exact_max,
-                                                       ef_search=get_settings().dense_ef_search,
-                                                       store_id=store_id, max_seq=self.store.max_seq),
-                      self.store.vector_rows)}
+        # derived vector indexes, opened when first needed; an HNSW insert is dear to replay, an HDC
+        # code cheap (and a large HDC matrix dear to read and write whole)
+        dense = self.path / "dense.npz"
+        self._specs: dict[str, _Spec] = {"dense": _Spec(
+            dense, DenseIndex, self.dim, frozenset({"upsert", "delete", "vector"}), _DUE_DENSE,
+            partial(DenseIndex.load, dense, self.dim, exact_max, ef_search=get_settings().dense_ef_search,
+                    store_id=store_id, max_seq=self.store.max_seq), self.store.vector_rows)}
         for f in HDC_FIELDS:
-            self._specs[f"hdc:{f}"] = (self.path / f"hdc_{f}.npz",
-                                       partial(CodeIndex.load, self.path / f"hdc_{f}.npz", HDC_DIM, store_id=store_id,
-                                               max_seq=self.store.max_seq),
-                                       partial(self.store.code_rows, field=f))
+            path = self.path / f"hdc_{f}.npz"
+            self._specs[f"hdc:{f}"] = _Spec(
+                path, CodeIndex, HDC_DIM, frozenset({"upsert", "delete", "hdc"}), _CHECKPOINT_EVERY,
+                partial(CodeIndex.load, path, HDC_DIM, store_id=store_id, max_seq=self.store.max_seq),
+                partial(self.store.code_rows, field=f))
         self._loaded: dict[str, VectorIndex] = {}
         self._unsaved: dict[str, int] = {}  # labels each open vector index changed since its last save
         self.progress: Progress | None = None  # long work on the vector indexes reports here
@@ -189,7 +200,7 @@ class EmbeddedEngine:
 
     def _catch_up(self) -> None:
         """Apply the journal past what each derived index holds, a page at a time: BM25 takes
-        upserts and deletes, each open vector index the operations that change it (_OPS)."""
+        upserts and deletes, each open vector index the operations that change it."""
         start = min([self.bm25_index.applied_seq, self._seen_seq]
                     + [idx.applied_seq for idx in self._loaded.values()])
         for entries in self.store.journal_pages(start, _PAGE):
@@ -216,10 +227,10 @@ class EmbeddedEngine:
         from the store again (absent: removed). The owner saves the index when the labels it
         changed since its last save reach its size (at least _CHECKPOINT_EVERY), so that saving
         costs a bounded share of the writes however large the index grows."""
-        ops = _OPS[name.split(":")[0]]
-        labels = list(dict.fromkeys(e.label for e in entries if e.seq > index.applied_seq and e.op in ops))
+        spec = self._specs[name]
+        labels = list(dict.fromkeys(e.label for e in entries if e.seq > index.applied_seq and e.op in spec.ops))
         if labels:
-            found, rows = self._specs[name][2](labels)
+            found, rows = spec.fetch(labels)
             index.remove(np.setdiff1d(np.array(labels, dtype=np.int64), found))
             index.upsert(found, rows)
             self._unsaved[name] += len(labels)
@@ -235,7 +246,7 @@ class EmbeddedEngine:
             index = self._loaded.get(name)
             if index is not None:
                 return index
-            index = self._specs[name][1]()
+            index = self._specs[name].open()
             if index.rebuilt:
                 _log.warning("%s: rebuilding the %s index from the journal: %s", self.path, name, index.rebuilt)
             if isinstance(index, DenseIndex):
@@ -255,26 +266,22 @@ class EmbeddedEngine:
     def _save(self, name: str, index: VectorIndex) -> None:
         """Save the index if it changed since its last save (or was rebuilt from the journal)."""
         if self._unsaved[name] or index.rebuilt:
-            index.save(self._specs[name][0])
+            index.save(self._specs[name].path)
             self._unsaved[name], index.rebuilt = 0, None
 
     def checkpoint(self) -> None:
         """Bring the vector indexes up to date on disk, so that the next open replays little of the
         journal: an open one is saved if it changed; one not open is opened, caught up, saved and
         let go (one at a time) when the journal holds enough changes to it past its checkpoint: any
-        without a checkpoint load would take, else _DUE_DENSE for the dense index (an HNSW insert
-        is dear to replay), _CHECKPOINT_EVERY for HDC codes (cheap to replay, dear to read and
-        write whole)."""
+        without a checkpoint load would take, else its `due`."""
         with self._lock:
             if not self.owner:
                 return
-            for name, (path, _, _) in self._specs.items():
+            for name, spec in self._specs.items():
                 was_open = name in self._loaded
-                kind = name.split(":")[0]
-                seq = saved_seq(path, self.dim if kind == "dense" else HDC_DIM, self.store.store_id,
-                                codes=kind != "dense")
-                due = 1 if seq < 0 else _DUE_DENSE if kind == "dense" else _CHECKPOINT_EVERY
-                if was_open or self.store.count_since(seq, _OPS[kind], due) >= due:
+                seq = saved_seq(spec.kind, spec.path, spec.dim, self.store.store_id)
+                due = 1 if seq < 0 else spec.due
+                if was_open or self.store.count_since(seq, spec.ops, due) >= due:
                     index = self._index(name)
                     self._save(name, index)
                     if not was_open:
@@ -531,6 +538,3 @@ class EmbeddedEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-
