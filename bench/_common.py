@@ -11,7 +11,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from hybridsearch.embeddings import usable_cores
 from hybridsearch.errors import ConfigError, HybridSearchError
+
+# the CPU features a benchmark reports: what decides which runtimes and precisions are native
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_line() -> str:
+    """The cores this process may use and the CPU features found, as one line."""
+    try:
+        have = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        have = set()
+    found = ", ".join(f for f in CPU_FLAGS if f in have) or "none of " + ", ".join(CPU_FLAGS)
+    return f"{usable_cores()} usable cores; CPU features: {found}"
 
 
 def _int_from(value: str, lowest: int, what: str) -> int:

@@ -40,22 +40,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["HYBRIDSEARCH_QUERY_LOG"] = "false"
 
-from _common import count, positive_int, program, run_main  # noqa: E402
+from _common import count, cpu_line, positive_int, program, run_main  # noqa: E402
 from celery_ingest import free_port, start_redis, start_worker, stop  # noqa: E402
 
 from hybridsearch.embeddings import usable_cores  # noqa: E402
 from hybridsearch.errors import HybridSearchError  # noqa: E402
-
-FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-
-
-def cpu_line() -> str:
-    try:
-        have = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        have = set()
-    cores = usable_cores()
-    return f"{cores} usable cores; CPU features: {', '.join(f for f in FLAGS if f in have) or 'none of ' + str(FLAGS)}"
 
 
 def subset(src: Path, n: int, dest: Path) -> Path:

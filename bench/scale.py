@@ -67,7 +67,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import cleanup, count, node_version, positive_int, run_main, verdict  # noqa: E402
+from _common import cleanup, count, cpu_line, node_version, positive_int, run_main, verdict  # noqa: E402
 
 from hybridsearch.errors import ConfigError, HybridSearchError  # noqa: E402
 from hybridsearch.metrics import percentile  # noqa: E402
@@ -87,7 +87,6 @@ MAX_TEXT_WORDS = 300  # indexer.chunking.WINDOW_WORDS: a longer text splits into
 MIN_WORDS = 40
 MAX_WORDS = 400
 CITES_MEAN = 3.4  # drawn per work (a gamma-Poisson mixture); small corpora lose a few to duplicates
-FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 HYBRID_NOTE = ("the `hybrid` profile end to end through query_service.searcher.Searcher, with the query's vector "
                "given by an encoder stand-in (Searcher(encoder=...)) that returns the precomputed vector: no public "
                "argument takes a query vector, so the model's query embedding is not in these milliseconds")
@@ -127,15 +126,6 @@ class Clock:
 
     def log(self, message: str) -> None:
         print(f"[{time.perf_counter() - self.t0:8.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def cpu_line() -> str:
-    try:
-        have = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        have = set()
-    found = ", ".join(f for f in FLAGS if f in have) or "none of " + ", ".join(FLAGS)
-    return f"{len(os.sched_getaffinity(0))} usable cores; CPU features: {found}"
 
 
 def peak_rss_mb() -> float:
