@@ -41,6 +41,7 @@ import numpy as np
 from _common import count, dataset_dir, positive_int, run_main, verdict
 
 from hybridsearch.cli import seconds as seconds_type
+from hybridsearch.embeddings import usable_cores
 from hybridsearch.errors import EngineError
 
 EXE = str(Path(sys.executable).with_name("hybridsearch"))
@@ -114,7 +115,7 @@ def slo(r: dict[str, float]) -> str:
     return verdict(not missed) + (f" ({', '.join(missed)})" if missed else "")
 
 
-def serve(idx: Path, keys: Path, workers: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
+def serve(idx: Path, keys: Path, workers: int | None, env: dict[str, str]) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
     import socket
 
     import httpx
@@ -122,8 +123,9 @@ def serve(idx: Path, keys: Path, workers: int, env: dict[str, str]) -> tuple[sub
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([EXE, "serve", "--index-dir", str(idx), "--keys", str(keys), "--port", str(port),
-                             "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cmd = [EXE, "serve", "--index-dir", str(idx), "--keys", str(keys), "--port", str(port)]
+    proc = subprocess.Popen(cmd + (["--workers", str(workers)] if workers else []), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -200,7 +202,7 @@ def main() -> None:
     ap.add_argument("--scifact", type=dataset_dir, default=str(ROOT.parent / "shared" / "data" / "scifact"))
     ap.add_argument("--synthetic", type=count, default=100_000)
     ap.add_argument("--seconds", type=seconds_type, default=20.0)
-    ap.add_argument("--workers", type=positive_int, default=1)
+    ap.add_argument("--workers", type=positive_int, help="server processes (default: serve's own, the usable cores)")
     args = ap.parse_args()
     queries = [json.loads(line)["text"] for line in (args.scifact / "queries.jsonl").open()][:300]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HYBRIDSEARCH_QUERY_LOG": "false",
@@ -231,7 +233,7 @@ def main() -> None:
             finally:
                 proc.terminate()
                 proc.wait(timeout=120)
-    print(f"\nPOST /retrieve on loopback, {os.cpu_count()} cores, {args.workers} server worker(s), "
+    print(f"\nPOST /retrieve on loopback, {os.cpu_count()} cores, {args.workers or usable_cores()} server worker(s), "
           f"{args.seconds:g} s per row; QPS and latencies of successful requests only")
     print(f"  {'corpus':<26} {'profile':<8} {'clients':>7} {'ok':>8} {'errors':>6} {'QPS':>8} "
           f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}  RFC SLO (p50 <= {SLO_P50_MS:.0f} ms, p95 <= "

@@ -426,9 +426,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from hybridsearch.config import get_settings
+    from hybridsearch.embeddings import usable_cores
 
-    if args.workers < 1:
-        raise HybridSearchError(f"--workers must be >= 1, got {args.workers}")
+    workers = args.workers if args.workers is not None else get_settings().http_workers or usable_cores()
+    if workers < 1:
+        raise HybridSearchError(f"--workers must be >= 1, got {workers}")
     if not Path(args.keys).is_file():
         raise HybridSearchError(f"--keys {args.keys}: no keys file; `hybridsearch keys add NAME --file "
                                 f"{args.keys}` makes one")
@@ -441,14 +443,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         index_dir = _existing_index_dir(args).resolve()
         spec = {"target": str(index_dir), "index": index_dir.name, "options": {}}
-    _check_listen(args.host, args.port, args.workers)
-    print(f"serving {spec['index']} on http://{args.host}:{args.port} ({args.workers} worker(s)); ready when "
+    _check_listen(args.host, args.port, workers)
+    print(f"serving {spec['index']} on http://{args.host}:{args.port} ({workers} worker(s)); ready when "
           f"/readyz answers 200", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(prefix="hybridsearch-serve-") as shared:  # the workers' rate limits
+    # each server process embeds queries with its share of the cores, so that together they do not oversubscribe them
+    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, usable_cores() // workers)))
+    from query_service.http import NoDelayH11
+
+    with tempfile.TemporaryDirectory(prefix="hybridsearch-serve-") as shared:  # the workers' rate limits, metrics
+        if workers > 1:  # each process keeps its metrics there, and /metrics adds them up (read when they start)
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(Path(shared, "metrics"))
+            Path(shared, "metrics").mkdir()
         os.environ["HYBRIDSEARCH_SERVE_SPEC"] = json.dumps({**spec, "keys": str(Path(args.keys).resolve()),
                                                            "rates": str(Path(shared) / "rates.sqlite")})
         uvicorn.run("query_service.http:app_from_env", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_level="warning", access_log=False,
+                    workers=workers, http=NoDelayH11, log_level="warning", access_log=False,
                     timeout_graceful_shutdown=int(get_settings().http_shutdown_grace))
     return 0
 
@@ -960,7 +969,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "--port 8080")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     s.add_argument("--port", type=_port, default=8080, help="port, 0 to 65535 (default: %(default)s)")
-    s.add_argument("--workers", type=int, default=1, help="server processes, each with its own model (default: 1)")
+    s.add_argument("--workers", type=int, help="server processes, each with its own model and its share of the "
+                   "cores (default: HYBRIDSEARCH_HTTP_WORKERS, else the cores this process may use)")
     s.add_argument("--keys", required=True, help="the API keys file (`hybridsearch keys add`)")
     s.set_defaults(func=cmd_serve)
 

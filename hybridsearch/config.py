@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     http_rate_limit: float = Field(default=50.0, gt=0, allow_inf_nan=False, description="requests per second "
                                    "per API key (429 with Retry-After above)")
     http_rate_burst: int = Field(default=100, ge=1, description="requests a key may send at once")
+    http_workers: int | None = Field(default=None, ge=1, description="server processes of `hybridsearch serve`, "
+                                     "each with its own model and its share of the cores (default: the cores "
+                                     "this process may use)")
     http_shutdown_grace: float = Field(default=30.0, gt=0, allow_inf_nan=False, description="seconds in-flight "
                                        "requests get to finish on SIGTERM")
     # citation graph (indexer/graph.py)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
+import socket
 import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -28,9 +30,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator
 from starlette.exceptions import HTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hybridsearch import plugins
 from hybridsearch.config import Settings, get_settings
@@ -117,6 +120,19 @@ class RetrieveResponse(BaseModel):
     diagnostics: dict[str, Any]
 
 
+class NoDelayH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with Nagle's algorithm off on every connection. Several worker
+    processes listen on a socket that uvicorn makes without naming TCP, so asyncio leaves Nagle
+    on for the connections it accepts: a response's second write then waits for the client's
+    delayed ACK, about 40 ms on every request (`serve --workers 2`: 48 ms for a 2 ms search)."""
+
+    def connection_made(self, transport: Any) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
+
+
 # -- state ----------------------------------------------------------------------------------------
 class RateLimits:
     """Token buckets, one per key name, in a SQLite file that every worker process of one service
@@ -148,22 +164,6 @@ class RateLimits:
         return wait
 
 
-class _QueryLogCounts:
-    """The query log's counts (`QueryLog.stats`) as Prometheus counters, read at each scrape."""
-
-    def __init__(self, state: ServiceState) -> None:
-        self.state = state
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        log = getattr(self.state.searcher, "query_log", None)
-        stats = log.stats() if log is not None else {}
-        for name, what in (("written", "written"), ("dropped", "dropped because the buffer was full"),
-                           ("failed", "that the sink failed to write")):
-            c = CounterMetricFamily(f"hybridsearch_query_log_{name}", f"query-log records {what}")
-            c.add_metric([], float(stats.get(name, 0)))
-            yield c
-
-
 @dataclass
 class ServiceState:
     """One process's service: the engine, the searcher, the keys and the metrics."""
@@ -187,7 +187,10 @@ class ServiceState:
         self.degraded = Counter("hybridsearch_degraded", "retrievals that fell back (a stage degraded)", registry=r)
         self.stage = Histogram("hybridsearch_stage_seconds", "latency per search stage", ["stage"], registry=r,
                                buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
-        r.register(_QueryLogCounts(self))
+        self.query_log = {name: Counter(f"hybridsearch_query_log_{name}", f"query-log records {what}", registry=r)
+                          for name, what in (("written", "written"),
+                                             ("dropped", "dropped because the buffer was full"),
+                                             ("failed", "that the sink failed to write"))}
         self.latency = Histogram("hybridsearch_request_seconds", "latency of POST /retrieve", registry=r,
                                  buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
 
@@ -205,6 +208,64 @@ def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
 class Refused(Exception):  # noqa: N818 - a response, not a failure
     def __init__(self, response: JSONResponse) -> None:
         self.response = response
+
+
+class _BodyLimit:
+    """Refuses a body over `http_max_body` with 413 (a body without a length, chunked, is counted
+    as it arrives and never read past the limit) and counts every response by path and status.
+    Plain ASGI: Starlette's BaseHTTPMiddleware costs about a millisecond a request."""
+
+    def __init__(self, app: Any, state: ServiceState, routes: set[str]) -> None:
+        self.app, self.state, self.routes = app, state, routes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = [500]
+
+        async def counted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        limit = self.state.settings.http_max_body
+        size = dict(scope["headers"]).get(b"content-length")
+        fits = size is None or (size.isdigit() and int(size) <= limit)
+        if fits and size is None and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            chunks, total, more = [], 0, True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":  # the client went away
+                    return
+                chunks.append(message.get("body", b""))
+                total += len(chunks[-1])
+                if total > limit:
+                    fits = False
+                    break
+                more = message.get("more_body", False)
+            if fits:
+                receive = _replay(b"".join(chunks), receive)
+        if fits:
+            await self.app(scope, receive, counted)
+        else:
+            await problem(413, "Payload Too Large", f"the body may be at most {limit} bytes")(scope, receive, counted)
+        # any other path counts as one endpoint: a scan of made-up paths must not grow the metrics
+        path = scope["path"] if scope["path"] in self.routes else "other"
+        self.state.requests.labels(path, str(status[0])).inc()
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """An ASGI receive that gives `body` whole once, then what `receive` gives (a disconnect)."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return replay
 
 
 # -- the app ---------------------------------------------------------------------------------------
@@ -242,29 +303,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
     app.state.service = state
     routes: set[str] = set()  # the app's paths, filled once they are all declared (below)
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        limit, size = state.settings.http_max_body, request.headers.get("content-length")
-        fits = size is None or (size.isdigit() and int(size) <= limit)
-        if fits and size is None and request.method not in ("GET", "HEAD", "OPTIONS"):
-            # a body without a length (chunked) is counted as it arrives, never read past the limit
-            chunks, total = [], 0
-            async for chunk in request.stream():
-                total += len(chunk)
-                if total > limit:
-                    fits = False
-                    break
-                chunks.append(chunk)
-            else:
-                request._body = b"".join(chunks)  # what Request.body() keeps: the route reads it from here
-        if not fits:
-            response: Response = problem(413, "Payload Too Large", f"the body may be at most {limit} bytes")
-        else:
-            response = await call_next(request)
-        # any other path counts as one endpoint: a scan of made-up paths must not grow the metrics
-        path = request.url.path if request.url.path in routes else "other"
-        state.requests.labels(path, str(response.status_code)).inc()
-        return response
+    app.add_middleware(_BodyLimit, state=state, routes=routes)
 
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused) -> JSONResponse:
@@ -335,7 +374,7 @@ def create_app(target: str, *, index: str, keys_file: Path, options: dict[str, s
 
     @app.get("/metrics", summary="Prometheus metrics")
     def metrics() -> Response:
-        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(_registry(state)), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/retrieve", response_model=RetrieveResponse, summary="retrieve, rerank and pack evidence",
               responses={401: {}, 403: {}, 404: {}, 413: {}, 422: {}, 429: {}, 503: {}})
@@ -359,11 +398,24 @@ def _open(state: ServiceState) -> None:
     state.engine.count()
     encoder = default_encoder()
     encoder.encode(["warm up"], query=True)  # loads the model (and its query runtime) now, not on the first request
-    state.searcher = Searcher(state.engine, encoder=encoder, query_log=open_query_log(state.engine), origin="http")
+    log = open_query_log(state.engine)
+    if log is not None:
+        log.counted = lambda name, n: state.query_log[name].inc(n)
+    state.searcher = Searcher(state.engine, encoder=encoder, query_log=log, origin="http")
     for rights in (("open",), RIGHTS):  # the domain check's measure for either kind of key, taken now
         state.searcher.measure_domain(rights)
     freeze_loaded()
     state.ready = True
+
+
+def _registry(state: ServiceState) -> CollectorRegistry:
+    """What /metrics reports: with several server processes (PROMETHEUS_MULTIPROC_DIR, set by
+    `hybridsearch serve`), the sum over all of them, whichever one answers; else this process's."""
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        return state.registry
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    return registry
 
 
 def freeze_loaded() -> None:
@@ -424,16 +476,18 @@ def _retrieve(state: ServiceState, body: RetrieveRequest, key: ApiKey) -> Any:
         docs = {h.id: h.document for h in result.hits if h.document is not None}
         evidence = pack(body.query, [h.id for h in result.hits], [h.score for h in result.hits], docs,
                         EvidenceConfig())
-    return RetrieveResponse(
-        query=body.query, index=index,
-        candidates=[Candidate(id=h.id, channels={c: ChannelView(raw=s.raw, normalized=s.normalized, rank=s.rank)
-                                                 for c, s in h.channels.items()}) for h in result.hits],
-        reranked=[RankedHit(rank=h.rank, id=h.id, score=h.score, contributions=h.contributions,
-                            components=h.components, via=h.via,
-                            title=h.document.title if h.document else None,
-                            work_id=h.document.work_id if h.document else None) for h in result.hits],
-        evidence_pack=None if evidence is None else evidence.model_dump(),
-        diagnostics={**diag, "mode": body.mode, "confidence": _confidence([h.score for h in result.hits])})
+    # plain data, serialised once: what RetrieveResponse documents (a test checks the two agree),
+    # without building 200 models per request and validating them again on the way out
+    return JSONResponse({
+        "query": body.query, "index": index,
+        "candidates": [{"id": h.id, "channels": {c: {"raw": s.raw, "normalized": s.normalized, "rank": s.rank}
+                                                 for c, s in h.channels.items()}} for h in result.hits],
+        "reranked": [{"rank": h.rank, "id": h.id, "score": h.score, "contributions": h.contributions,
+                      "components": h.components, "via": h.via,
+                      "title": h.document.title if h.document else None,
+                      "work_id": h.document.work_id if h.document else None} for h in result.hits],
+        "evidence_pack": None if evidence is None else evidence.model_dump(),
+        "diagnostics": {**diag, "mode": body.mode, "confidence": _confidence([h.score for h in result.hits])}})
 
 
 def _confidence(scores: list[float]) -> dict[str, float | None]:

@@ -27,7 +27,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -80,6 +80,9 @@ class QueryLog:
 
     def __init__(self, sink: Sink, *, capacity: int = 10_000, batch: int = 500) -> None:
         self.sink = sink
+        # told each count as it grows ("written", "dropped" or "failed", and by how many): the HTTP
+        # service's metrics, which add up those of all its processes
+        self.counted: Callable[[str, int], None] | None = None
         self.batch = batch
         self._closed = False
         self._direct = _in_mp_child()
@@ -123,22 +126,28 @@ class QueryLog:
         """Queue a record (or write it, in a multiprocessing child); False (and counted) when the
         buffer is full or the log is closed."""
         with self._lock:
-            if self._closed:
-                self.dropped += 1
-                return False
-            if not self._direct:
+            accepted = not self._closed
+            if accepted and not self._direct:
                 try:
                     self._queue.put_nowait(record)
                 except queue.Full:
                     if not self.dropped:
                         _log.warning("query log: the buffer of %d records is full, so records are dropped (and "
                                      "counted) until the writer catches up", self._queue.maxsize)
-                    self.dropped += 1
-                    return False
-            self._pending += 1
-        if self._direct:
+                    accepted = False
+            if accepted:
+                self._pending += 1
+            else:
+                self.dropped += 1
+        if not accepted:
+            self._count("dropped", 1)
+        elif self._direct:
             self._write([record])
-        return True
+        return accepted
+
+    def _count(self, name: str, n: int) -> None:
+        if self.counted is not None:
+            self.counted(name, n)
 
     def _run(self) -> None:
         while True:
@@ -177,6 +186,7 @@ class QueryLog:
                 self.last_error = error
             self._pending -= len(records)
             self._idle.notify_all()
+        self._count("written" if ok else "failed", len(records))
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every accepted record was written (or failed); False on timeout."""

@@ -61,7 +61,9 @@ def service(tmp_path_factory, demo_index):
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url)
-    yield {"url": url, "keys": k, "keys_file": keys, "root": root, "proc": proc, "env": env, "idx": idx}
+    banner = proc.stderr.readline() if proc.stderr else ""
+    yield {"url": url, "keys": k, "keys_file": keys, "root": root, "proc": proc, "env": env, "idx": idx,
+           "banner": banner}
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -98,6 +100,19 @@ def test_retrieve_contract(service) -> None:
     assert vias and any("Fermat's little theorem" in v for v in vias), sym["reranked"]
     assert body["evidence_pack"]["items"] and body["diagnostics"]["stages"]["channels"]["hits"]
     assert body["diagnostics"]["mode"] == "lookup" and 0 <= body["diagnostics"]["confidence"]["margin"] <= 1
+    # the body is what the OpenAPI document's RetrieveResponse says, field for field
+    from query_service.http import Candidate, ChannelView, RankedHit, RetrieveResponse
+
+    RetrieveResponse.model_validate(body, strict=True)
+    assert set(body) == set(RetrieveResponse.model_fields)
+    assert all(set(h) == set(RankedHit.model_fields) for h in body["reranked"])
+    assert all(set(c) == set(Candidate.model_fields) and all(set(v) == set(ChannelView.model_fields)
+                                                             for v in c["channels"].values())
+               for c in body["candidates"])
+    # one server process per usable core by default, each embedding with its share of them
+    from hybridsearch.embeddings import usable_cores
+
+    assert f"({usable_cores()} worker(s))" in service["banner"], service["banner"]
     assert httpx.get(service["url"] + "/healthz").json() == {"status": "ok"}
     # no document count: it would include documents no key may see (unauthenticated endpoint)
     assert httpx.get(service["url"] + "/readyz").json() == {"status": "ready", "index": "papers"}
