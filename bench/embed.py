@@ -12,8 +12,10 @@ For SciFact and CACM (their first `--docs` documents), documents/s of:
   codes, as stored), with passages encoded alone and pooled from the chunk's pass; `embed` (the
   vectors of an index ingested without them); an ingest served by a warm embedding cache;
 - the Celery worker path with 1 and `--workers` worker processes (an `embed` job over an index
-  ingested without vectors, batches of 32, the workers warmed up first; each worker process runs
-  cores/processes threads).
+  ingested without vectors, in the tasks `ingest --executor celery` sends (256 chunks each), the
+  workers warmed up first; each worker process runs cores/processes threads, as `hybridsearch
+  worker` sets them), and one worker process held to one thread, the share each of two gets: the
+  scaling of processes at equal threads per process.
 Every row after a warm-up, with the embedding cache off (HYBRIDSEARCH_EMBEDDING_CACHE_MAX_MB=0)
 but for the cache row. `--compete` runs a CPU-bound process beside every row (the anchor too), as a
 machine shared with other work. The CPU's vector features head the output.
@@ -43,6 +45,7 @@ os.environ["HYBRIDSEARCH_QUERY_LOG"] = "false"
 from _common import count, cpu_line, positive_int, program, run_main  # noqa: E402
 from celery_ingest import free_port, start_redis, start_worker, stop  # noqa: E402
 
+from hybridsearch.cli import CHUNK  # noqa: E402
 from hybridsearch.embeddings import usable_cores  # noqa: E402
 from hybridsearch.errors import HybridSearchError  # noqa: E402
 
@@ -144,9 +147,10 @@ def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object,
     warm.close()
     os.environ["HYBRIDSEARCH_EMBEDDING_CACHE_MAX_MB"] = "0"
     if workers:
-        for procs in sorted({1, workers}):
-            rows.append((f"celery: {procs} worker process{'es' if procs > 1 else ''}",
-                         celery_rate(corpus, tmp / f"{name}-celery-{procs}", procs), ""))
+        cores = usable_cores()
+        for procs, threads in sorted({(1, cores), (workers, max(1, cores // workers)), (1, max(1, cores // workers))}):
+            label = f"celery: {procs} worker process{'es' if procs > 1 else ''}, {threads} thread{'s' * (threads > 1)}"
+            rows.append((label, celery_rate(corpus, tmp / f"{name}-celery-{procs}-{threads}", procs, threads), ""))
     again = rate(n, lambda: anchor.encode(texts, batch_size=32))  # type: ignore[attr-defined]
     base = (base + again) / 2  # the machine may change pace meanwhile: the anchor's mean, before and after
     rows.insert(0, ("anchor: sentence-transformers, batch 32", base, "mean of a run before the rows and one after"))
@@ -156,16 +160,15 @@ def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object,
         print(f"  {label:<52} {r:>8.1f} {r / base:>8.2f}x  {note}", flush=True)
 
 
-def celery_rate(corpus: Path, index: Path, procs: int) -> float:
-    """Documents/s of an `embed` job over an index ingested without vectors, `procs` worker
-    processes (each with cores/procs threads), warmed up by a first small job."""
+def celery_rate(corpus: Path, index: Path, procs: int, threads: int) -> float:
+    """Documents/s of an `embed` job over an index ingested without vectors, in tasks of the CLI's
+    size, `procs` worker processes of `threads` threads each, warmed up by a first small job."""
     from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import ingest
     from workers import jobs
     from workers.celery_app import redis_url
     from workers.tasks import start
 
-    threads = max(1, usable_cores() // procs)
     env = {**os.environ, "HYBRIDSEARCH_TORCH_THREADS": str(threads)}
     worker = start_worker(env, procs, index.parent / f"{index.name}.log")
     try:
@@ -177,7 +180,7 @@ def celery_rate(corpus: Path, index: Path, procs: int) -> float:
         jobs.follow(client, warmup, lambda st: None, timeout=600)
         rest = ids[procs * 4:]
         t = time.perf_counter()
-        job = start("embed", str(index.resolve()), None, rest, 32)
+        job = start("embed", str(index.resolve()), None, rest, CHUNK)
         st = jobs.follow(client, job, lambda st: None, timeout=3600)
         took = time.perf_counter() - t
         if st.status != "done":

@@ -181,8 +181,10 @@ class Bm25Index:
         for f, fw in fields.items():
             if f not in self.fields_present or fw <= 0:
                 continue
-            clauses = [(tantivy.Occur.Should, Q.boost_query(Q.term_query(schema, f, t), fw * w))
-                       for t, w in weights.items()]
+            # a boost of 1 is left out: a union of bare term queries is what tantivy prunes with
+            # block-max WAND (the `lexical` profile's equal fields), a boosted one it scores whole
+            clauses = [(tantivy.Occur.Should, q if fw * w == 1.0 else Q.boost_query(q, fw * w))
+                       for t, w in weights.items() for q in (Q.term_query(schema, f, t),)]
             per_field.append(clauses)
         if not per_field:
             return [], []
