@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import multiprocessing
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -239,9 +243,9 @@ class HdcAhead:
     the codes are encoded here, when asked. A helper that dies is replaced by encoding here, with a
     warning; the codes are the same either way."""
 
-    def __init__(self, encoder: HdcEncoder | None, pool: ProcessPoolExecutor | None) -> None:
+    def __init__(self, encoder: HdcEncoder | None, helper: _Helper | None) -> None:
         self.encoder = encoder
-        self._pool = pool
+        self._helper = helper
 
     @classmethod
     def start(cls, encoder: HdcEncoder | None, total: int | None, batch_size: int) -> HdcAhead:
@@ -250,15 +254,13 @@ class HdcAhead:
             wanted = usable_cores() >= 2 and (total is None or total >= 4 * batch_size)
         if encoder is None or not wanted:
             return cls(encoder, None)
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_hdc_helper,
-                                   initargs=(encoder.analyzer.lexicon, encoder.ngrams, encoder.ties))
-        return cls(encoder, pool)
+        return cls(encoder, _Helper((encoder.analyzer.lexicon, encoder.ngrams, encoder.ties)))
 
     def batches(self, batches: Iterator[list[Document]], report: LoadReport
                 ) -> Iterator[tuple[list[Document], int, Callable[[], dict[str, Codes]]]]:
         """(batch, records the loader had read when it was made, its codes by chunk id when
         called), the next batch read and sent to the helper before this one is yielded."""
-        def read() -> tuple[list[Document], int, Future[list[Analysed]] | None] | ValidationError | None:
+        def read() -> tuple[list[Document], int, int | None] | ValidationError | None:
             try:
                 batch = next(batches, None)
             except ValidationError as e:  # (--strict) raised once the batches before it are written
@@ -266,64 +268,133 @@ class HdcAhead:
             if batch is None:
                 return None
             seen = report.loaded + len(report.rejected)
-            return batch, seen, self._submit(batch)
+            return batch, seen, None if self._helper is None else self._helper.submit(
+                [document_texts(d) for d in batch])
 
         nxt = read()
         while nxt is not None:
             if isinstance(nxt, ValidationError):
                 raise nxt
-            batch, seen, future = nxt
+            batch, seen, ticket = nxt
             nxt = read()
-            yield batch, seen, partial(self._codes, batch, future)
+            yield batch, seen, partial(self._codes, batch, ticket)
 
-    def _submit(self, batch: list[Document]) -> Future[list[Analysed]] | None:
-        if self._pool is None:
-            return None
-        try:
-            return self._pool.submit(_hdc_encode, [document_texts(d) for d in batch])
-        except BrokenProcessPool:
-            return None
-
-    def _codes(self, batch: list[Document], future: Future[list[Analysed]] | None) -> dict[str, Codes]:
+    def _codes(self, batch: list[Document], ticket: int | None) -> dict[str, Codes]:
         """The batch's codes; the texts the helper analysed are remembered by this process's
         analyzer, so that BM25 takes their tokens instead of analysing them again."""
         assert self.encoder is not None
-        if future is not None:
-            try:
-                done = future.result()
-                remember = self.encoder.analyzer.remember
-                for d, (_, tokens) in zip(batch, done, strict=True):
-                    for text, toks in zip(document_texts(d), tokens, strict=True):
-                        if text and toks is not None:
-                            remember(text, toks)
-                return {d.id: codes for d, (codes, _) in zip(batch, done, strict=True)}
-            except BrokenProcessPool:
-                _log.warning("the HDC helper process ended; encoding HDC codes in this process")
-                self.close()
+        done = None if ticket is None or self._helper is None else self._helper.result(ticket)
+        if done is not None:
+            remember = self.encoder.analyzer.remember
+            for d, (_, tokens) in zip(batch, done, strict=True):
+                for text, toks in zip(document_texts(d), tokens, strict=True):
+                    if text and toks is not None:
+                        remember(text, toks)
+            return {d.id: codes for d, (codes, _) in zip(batch, done, strict=True)}
+        if ticket is not None and self._helper is not None:
+            _log.warning("the HDC helper process ended; encoding HDC codes in this process")
+            self.close()
         return {d.id: self.encoder.encode_document(d) for d in batch}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
-
-
-_HELPER_ENCODER: HdcEncoder | None = None
-
-
-def _hdc_helper(lexicon: Lexicon, ngrams: bool, ties: str) -> None:
-    """The helper process's encoder: the index's options and lexicon."""
-    global _HELPER_ENCODER
-    _HELPER_ENCODER = HdcEncoder(Analyzer(lexicon), ngrams=ngrams, ties=ties)
+        if self._helper is not None:
+            self._helper.close()
+            self._helper = None
 
 
 Analysed = tuple[dict[str, np.ndarray], list[list[str] | None]]  # a document's codes, and its texts' tokens
 
 
-def _hdc_encode(texts: list[tuple[str | None, ...]]) -> list[Analysed]:
-    encoder = _HELPER_ENCODER
-    assert encoder is not None
-    return [(encoder.encode_analysed(tokens), tokens) for tokens in map(encoder.analyse_texts, texts)]
+class _Helper:
+    """The helper process: `_helper_main` in a new interpreter, pickles over its stdin and stdout,
+    one thread writing requests and one reading answers, so that this process never waits on a
+    pipe. Not multiprocessing: its spawned child imports the caller's `__main__` again, and a
+    script without the `if __name__ == "__main__"` guard would run its own top-level code (an
+    rmtree, another ingest) in the helper."""
+
+    def __init__(self, options: tuple[Lexicon, bool, str]) -> None:
+        root = str(Path(__file__).resolve().parents[1])  # where `indexer` imports from
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        self._proc = subprocess.Popen([sys.executable, "-c", "from indexer.pipeline import _helper_main; "
+                                       "_helper_main()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._outbox: queue.Queue[tuple[int, Any] | None] = queue.Queue()
+        self._answers: dict[int, list[Analysed]] = {}
+        self._gone = False
+        self._cond = threading.Condition()
+        self._next = 0
+        self._outbox.put((-1, options))
+        self._threads = [threading.Thread(target=f, name=f"hdc-helper-{f.__name__}", daemon=True)
+                         for f in (self._write, self._read)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, texts: list[tuple[str | None, ...]]) -> int:
+        self._next += 1
+        self._outbox.put((self._next, texts))
+        return self._next
+
+    def result(self, ticket: int) -> list[Analysed] | None:
+        """The answer to `ticket`, or None once the helper has ended without giving it."""
+        with self._cond:
+            self._cond.wait_for(lambda: ticket in self._answers or self._gone)
+            return self._answers.pop(ticket, None)
+
+    def _write(self) -> None:
+        pipe = self._proc.stdin
+        assert pipe is not None
+        try:
+            while (item := self._outbox.get()) is not None:
+                pickle.dump(item, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                pipe.flush()
+        except (OSError, ValueError):  # the helper ended (a broken or closed pipe)
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+    def _read(self) -> None:
+        pipe = self._proc.stdout
+        assert pipe is not None
+        try:
+            while True:
+                ticket, answer = pickle.load(pipe)
+                with self._cond:
+                    self._answers[ticket] = answer
+                    self._cond.notify_all()
+        except (EOFError, OSError, pickle.UnpicklingError):
+            pass
+        finally:
+            with self._cond:
+                self._gone = True
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """End the helper: the end of its input, then a kill if it has not left in 10 s."""
+        self._outbox.put(None)
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        for t in self._threads:
+            t.join(timeout=10)
+
+
+def _helper_main() -> None:
+    """The helper process: the index's options (lexicon, ngrams, ties), then (ticket, the texts of
+    a batch's documents) in turn, each answered with (ticket, their codes and tokens)."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
+    _, (lexicon, ngrams, ties) = pickle.load(inp)
+    encoder = HdcEncoder(Analyzer(lexicon), ngrams=ngrams, ties=ties)
+    while True:
+        try:
+            ticket, texts = pickle.load(inp)
+        except EOFError:
+            return
+        answer = [(encoder.encode_analysed(tokens), tokens) for tokens in map(encoder.analyse_texts, texts)]
+        pickle.dump((ticket, answer), out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
 
 
 class PhaseBars:
