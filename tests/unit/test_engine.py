@@ -273,3 +273,28 @@ def test_a_dense_checkpoint_of_the_earlier_layout_still_loads(tmp_path) -> None:
         loaded = DenseIndex.load(tmp_path / name, 8, 100)
         assert loaded.rebuilt is None and loaded.applied_seq == 8 and len(loaded) == 8
         assert loaded.search(vecs[3], 1, None)[0] == [4]
+
+
+def test_journal_entries_bm25_does_not_take_are_not_read_again_at_the_next_open(tmp_path, monkeypatch) -> None:
+    """Vectors added after the documents journal `vector` entries, which BM25 does not index: the
+    owner records them as passed, so that a fresh open does not page through them again (a million
+    of them took 2 s of every open)."""
+    with EmbeddedEngine(tmp_path / "idx") as e:
+        e.write(DOCS)
+        e.set_vectors([d.id for d in DOCS], unit_vectors(len(DOCS)))
+        last = e.store.max_seq()
+        assert e.bm25_index.applied_seq == last
+    read: list[int] = []
+    from hybridsearch.engines.embedded.store import Store
+
+    pages = Store.journal_pages
+
+    def counted(self, seq, size):  # noqa: ANN001, ANN202
+        for page in pages(self, seq, size):
+            read.extend(entry.seq for entry in page)
+            yield page
+
+    monkeypatch.setattr(Store, "journal_pages", counted)
+    with EmbeddedEngine(tmp_path / "idx") as e:
+        assert e.bm25_index.applied_seq == last and read == []
+        assert e.bm25("compact space", k=3).ids[0] == "a"

@@ -140,11 +140,23 @@ class Bm25Index:
             if self.index is not None:
                 self.index.reload()
             self._lengths = None
-            self.applied_seq = seq
-            tmp = self.path / (_APPLIED + ".tmp")
-            tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present), "format": _FORMAT,
-                                       "store": self.store_id, "analysis": ANALYSIS_RULES}))
-            os.replace(tmp, self.path / _APPLIED)
+            self._record(seq)
+
+    def skip_to(self, seq: int) -> None:
+        """Record that the journal up to `seq` holds nothing this index takes (vectors, codes), so
+        that the next open does not read those entries again (a million `vector` entries: 2 s)."""
+        if self._writer is None:
+            raise EngineError("the BM25 index is read-only in this process (another owns it)")
+        with self._lock:
+            self._record(seq)
+
+    def _record(self, seq: int) -> None:
+        """Write the record of what is applied (atomically: readers watch it)."""
+        self.applied_seq = seq
+        tmp = self.path / (_APPLIED + ".tmp")
+        tmp.write_text(json.dumps({"seq": seq, "fields": sorted(self.fields_present), "format": _FORMAT,
+                                   "store": self.store_id, "analysis": ANALYSIS_RULES}))
+        os.replace(tmp, self.path / _APPLIED)
 
     def _to_tantivy(self, label: int, d: Document) -> tantivy.Document:
         doc = tantivy.Document()

@@ -215,8 +215,8 @@ class EmbeddedEngine:
                     touched = {e.label: e.id for e in todo}
                     docs = self.store.docs_by_label(list(touched))
                     self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
-                else:  # nothing BM25 indexes changed: the next catch-up need not read these again
-                    self.bm25_index.applied_seq = max(self.bm25_index.applied_seq, last)
+                elif last > self.bm25_index.applied_seq:  # nothing BM25 indexes changed: recorded, so
+                    self.bm25_index.skip_to(last)  # that no later catch-up or open reads these again
             for name, index in self._loaded.items():
                 self._apply(name, index, entries)
         if not self.owner:
