@@ -298,3 +298,30 @@ def test_journal_entries_bm25_does_not_take_are_not_read_again_at_the_next_open(
     with EmbeddedEngine(tmp_path / "idx") as e:
         assert e.bm25_index.applied_seq == last and read == []
         assert e.bm25("compact space", k=3).ids[0] == "a"
+
+
+def test_a_vector_index_opened_later_passes_over_entries_it_does_not_take(tmp_path, monkeypatch) -> None:
+    """An HDC index whose checkpoint lies behind the `vector` entries of vectors added later does
+    not read them when it opens: it starts at the first entry it takes (none here)."""
+    with EmbeddedEngine(tmp_path / "idx") as e:
+        enc = e.hdc_encoder()
+        e.write(DOCS, codes=[enc.encode_document(d) for d in DOCS])
+        e.checkpoint()  # the HDC indexes' checkpoints: before the vectors
+        e.set_vectors([d.id for d in DOCS], unit_vectors(len(DOCS)))
+        last = e.store.max_seq()
+        want = e.hamming(enc.encode_document(DOCS[0]), k=1)
+    read: list[int] = []
+    from hybridsearch.engines.embedded.store import Store
+
+    pages = Store.journal_pages
+
+    def counted(self, seq, size):  # noqa: ANN001, ANN202
+        for page in pages(self, seq, size):
+            read.extend(entry.seq for entry in page)
+            yield page
+
+    monkeypatch.setattr(Store, "journal_pages", counted)
+    with EmbeddedEngine(tmp_path / "idx") as e:
+        got = e.hamming(enc.encode_document(DOCS[0]), k=1)
+        assert read == [] and e._loaded["hdc:topic"].applied_seq == last
+    assert {f: (r.ids, r.scores) for f, r in got.items()} == {f: (r.ids, r.scores) for f, r in want.items()}

@@ -282,6 +282,13 @@ class Store:
             f"SELECT count(*) FROM (SELECT 1 FROM journal WHERE seq > ? AND op IN ({','.join('?' * len(ops))})"
             " LIMIT ?)", (seq, *ops, cap)).fetchone()[0])
 
+    def first_since(self, seq: int, ops: Iterable[str]) -> int | None:
+        """The seq of the first journal entry of `ops` past `seq`, or None (through the index on
+        (op, seq): one lookup per op)."""
+        found = [self._read().execute("SELECT min(seq) FROM journal WHERE op = ? AND seq > ?", (op, seq)).fetchone()[0]
+                 for op in ops]
+        return min((f for f in found if f is not None), default=None)
+
     def _rows_in(self, sql: str, keys: Sequence[object]) -> Iterator[tuple[Any, ...]]:
         """Rows of `sql`, whose `{marks}` is filled with placeholders for a slice of `keys` at a
         time (SQLite caps the number of bound parameters)."""
