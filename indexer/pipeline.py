@@ -7,6 +7,7 @@ import logging
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -383,6 +384,7 @@ class _Helper:
 def _helper_main() -> None:
     """The helper process: the index's options (lexicon, ngrams, ties), then (ticket, the texts of
     a batch's documents) in turn, each answered with (ticket, their codes and tokens)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the ingest, which then ends this input
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
     _, (lexicon, ngrams, ties) = pickle.load(inp)
