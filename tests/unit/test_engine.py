@@ -284,17 +284,7 @@ def test_journal_entries_bm25_does_not_take_are_not_read_again_at_the_next_open(
         e.set_vectors([d.id for d in DOCS], unit_vectors(len(DOCS)))
         last = e.store.max_seq()
         assert e.bm25_index.applied_seq == last
-    read: list[int] = []
-    from hybridsearch.engines.embedded.store import Store
-
-    pages = Store.journal_pages
-
-    def counted(self, seq, size):  # noqa: ANN001, ANN202
-        for page in pages(self, seq, size):
-            read.extend(entry.seq for entry in page)
-            yield page
-
-    monkeypatch.setattr(Store, "journal_pages", counted)
+    read = _journal_reads(monkeypatch)
     with EmbeddedEngine(tmp_path / "idx") as e:
         assert e.bm25_index.applied_seq == last and read == []
         assert e.bm25("compact space", k=3).ids[0] == "a"
@@ -310,9 +300,18 @@ def test_a_vector_index_opened_later_passes_over_entries_it_does_not_take(tmp_pa
         e.set_vectors([d.id for d in DOCS], unit_vectors(len(DOCS)))
         last = e.store.max_seq()
         want = e.hamming(enc.encode_document(DOCS[0]), k=1)
-    read: list[int] = []
+    read = _journal_reads(monkeypatch)
+    with EmbeddedEngine(tmp_path / "idx") as e:
+        got = e.hamming(enc.encode_document(DOCS[0]), k=1)
+        assert read == [] and e._loaded["hdc:topic"].applied_seq == last
+    assert {f: (r.ids, r.scores) for f, r in got.items()} == {f: (r.ids, r.scores) for f, r in want.items()}
+
+
+def _journal_reads(monkeypatch) -> list[int]:  # noqa: ANN001
+    """The seqs of the journal entries every store reads from now on (journal_pages)."""
     from hybridsearch.engines.embedded.store import Store
 
+    read: list[int] = []
     pages = Store.journal_pages
 
     def counted(self, seq, size):  # noqa: ANN001, ANN202
@@ -321,7 +320,4 @@ def test_a_vector_index_opened_later_passes_over_entries_it_does_not_take(tmp_pa
             yield page
 
     monkeypatch.setattr(Store, "journal_pages", counted)
-    with EmbeddedEngine(tmp_path / "idx") as e:
-        got = e.hamming(enc.encode_document(DOCS[0]), k=1)
-        assert read == [] and e._loaded["hdc:topic"].applied_seq == last
-    assert {f: (r.ids, r.scores) for f, r in got.items()} == {f: (r.ids, r.scores) for f, r in want.items()}
+    return read
