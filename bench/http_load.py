@@ -1,7 +1,9 @@
 """Load on `hybridsearch serve`: a load generator in a second process sends POST /retrieve on
 loopback at 1, 8 and 32 concurrent clients; prints QPS and p50/p95/p99 per profile and corpus.
 
-    python bench/http_load.py [--scifact DIR] [--synthetic 100000] [--seconds 20] [--workers 1]
+    python bench/http_load.py [--scifact DIR] [--synthetic 100000] [--seconds 20] [--workers N]
+
+`--workers`: the service's processes (default: serve's own, one per usable core).
 
 Corpora:
 - SciFact (`--scifact`, default ../shared/data/scifact): ingested with real MiniLM vectors and
