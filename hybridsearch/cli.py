@@ -446,8 +446,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _check_listen(args.host, args.port, workers)
     print(f"serving {spec['index']} on http://{args.host}:{args.port} ({workers} worker(s)); ready when "
           f"/readyz answers 200", file=sys.stderr, flush=True)
-    # each server process embeds queries with its share of the cores, so that together they do not oversubscribe them
-    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, usable_cores() // workers)))
+    _share_cores(workers)
     from query_service.http import NoDelayH11
 
     with tempfile.TemporaryDirectory(prefix="hybridsearch-serve-") as shared:  # the workers' rate limits, metrics
@@ -735,9 +734,16 @@ def cmd_dashboards(args: argparse.Namespace) -> int:
     return 0
 
 
+def _share_cores(processes: int) -> None:
+    """Each of `processes` processes (server or worker) embeds with its share of the cores, so that
+    together they do not oversubscribe them (unless HYBRIDSEARCH_TORCH_THREADS says otherwise)."""
+    from hybridsearch.embeddings import usable_cores
+
+    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, usable_cores() // processes)))
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from hybridsearch.config import get_settings
-    from hybridsearch.embeddings import usable_cores
     from workers.celery_app import QUEUES, check_broker, redis_url
 
     queues = _channels(args.queues) or list(QUEUES)
@@ -749,8 +755,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from workers.celery_app import app
 
     concurrency = args.concurrency or get_settings().worker_concurrency or os.cpu_count() or 1
-    # each worker process embeds with its share of the cores, so that together they do not oversubscribe them
-    os.environ.setdefault("HYBRIDSEARCH_TORCH_THREADS", str(max(1, usable_cores() // concurrency)))
+    _share_cores(concurrency)
     argv = ["worker", "--queues", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", args.loglevel,
             "--hostname", args.hostname]
     app.worker_main(argv)

@@ -172,9 +172,12 @@ def get_settings() -> Settings:
 
     from hybridsearch.errors import ConfigError
 
-    # the environment's own mapping (os.environ decodes each name and value in Python: 0.07 ms a call)
+    # the environment's own mapping (os.environ decodes each name and value in Python: 0.07 ms a
+    # call); its names are bytes on POSIX, str elsewhere
     raw: Any = getattr(os.environ, "_data", os.environ)
-    env = tuple(sorted((k, v) for k, v in raw.items() if (k[:13].upper() in (b"HYBRIDSEARCH_", "HYBRIDSEARCH_"))))
+    prefix = Settings.model_config["env_prefix"]
+    prefixes = (prefix, prefix.encode())
+    env = tuple(sorted((k, v) for k, v in raw.items() if k[:len(prefix)].upper() in prefixes))
     if _cache is not None and _cache[0] == env:
         return _cache[1]
     try:

@@ -256,7 +256,7 @@ class EmbeddedEngine:
             # vectors were added, an HDC index's checkpoint lies behind a million entries it ignores)
             top = self.store.max_seq()
             first = self.store.first_since(index.applied_seq, self._specs[name].ops)
-            index.applied_seq = max(index.applied_seq, min(top, top if first is None else first - 1))
+            index.applied_seq = max(index.applied_seq, top if first is None else min(top, first - 1))
             for entries in self.store.journal_pages(index.applied_seq, _PAGE):
                 self._apply(name, index, entries)
                 self._report(f"{name} index: applying the journal", entries[-1].seq,
