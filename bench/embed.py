@@ -1,7 +1,7 @@
 """Embedding throughput against plain sentence-transformers, measured in one run; prints tables.
 
     python bench/embed.py [--data ../shared/data] [--docs 384] [--workers 2] [--compete] [--quality]
-                          [--passage-quality] [--skip-throughput]
+                          [--passage-quality] [--skip-throughput] [--vectors-only]
 
 For SciFact and CACM (their first `--docs` documents), documents/s of:
 - the anchor: plain sentence-transformers on the same model, threads = the cores this process may
@@ -23,7 +23,8 @@ machine shared with other work. The CPU's vector features head the output.
 `--quality`: on the whole of each collection, for each runtime against torch float32: dense-only
 nDCG@10 (exact search over the vectors) and the mean top-10 overlap. `--passage-quality`: `hybrid`
 nDCG@10 with passages encoded alone and pooled (two `hybridsearch eval` indexes under a temporary
-directory). `--skip-throughput` runs only those.
+directory). `--skip-throughput` runs only those. `--vectors-only` keeps the anchor and the runtimes'
+rows alone: no index is written, so it runs where only the encoder's packages are installed.
 """
 
 from __future__ import annotations
@@ -43,9 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["HYBRIDSEARCH_QUERY_LOG"] = "false"
 
 from _common import count, cpu_line, positive_int, program, run_main  # noqa: E402
-from celery_ingest import free_port, start_redis, start_worker, stop  # noqa: E402
 
-from hybridsearch.cli import CHUNK  # noqa: E402
 from hybridsearch.embeddings import usable_cores  # noqa: E402
 from hybridsearch.errors import HybridSearchError  # noqa: E402
 
@@ -81,7 +80,10 @@ class Competitor:
         self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
 
     def close(self) -> None:
-        stop(self.proc)
+        if self.proc is not None:
+            from celery_ingest import stop
+
+            stop(self.proc)
 
 
 def anchor_model():  # type: ignore[no-untyped-def]
@@ -104,11 +106,8 @@ def encoders(cache: Path) -> dict[str, object]:
     return out
 
 
-def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object, cache: Path) -> None:
-    from hybridsearch.embeddings import default_encoder
-    from hybridsearch.engines.embedded import EmbeddedEngine
-    from indexer.pipeline import embed_missing, ingest
-
+def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object, cache: Path,
+               vectors_only: bool) -> None:
     texts = texts_of(corpus)
     n = len(texts)
     anchor.encode(texts[:32], batch_size=32)  # type: ignore[attr-defined]
@@ -121,6 +120,24 @@ def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object,
         cos = (got * want).sum(axis=1)
         rows.append((f"vectors only: {label}", rate(n, lambda e=enc: e.encode(texts)),  # type: ignore[misc]
                      f"cosine to anchor min {cos.min():.5f} mean {cos.mean():.5f}"))
+    if not vectors_only:
+        rows += index_rows(name, corpus, tmp, workers, n, cache)
+    again = rate(n, lambda: anchor.encode(texts, batch_size=32))  # type: ignore[attr-defined]
+    base = (base + again) / 2  # the machine may change pace meanwhile: the anchor's mean, before and after
+    rows.insert(0, ("anchor: sentence-transformers, batch 32", base, "mean of a run before the rows and one after"))
+    print(f"\n{name}: {n} documents")
+    print(f"  {'path':<52} {'docs/s':>8} {'x anchor':>9}  note")
+    for label, r, note in rows:
+        print(f"  {label:<52} {r:>8.1f} {r / base:>8.2f}x  {note}", flush=True)
+
+
+def index_rows(name: str, corpus: Path, tmp: Path, workers: int, n: int, cache: Path) -> list[tuple[str, float, str]]:
+    """The rows that write an index: inline ingest, `embed`, a warm cache, the Celery workers."""
+    from hybridsearch.embeddings import default_encoder
+    from hybridsearch.engines.embedded import EmbeddedEngine
+    from indexer.pipeline import embed_missing, ingest
+
+    rows: list[tuple[str, float, str]] = []
     enc = default_encoder()
     os.environ["HYBRIDSEARCH_EMBEDDING_CACHE_MAX_MB"] = "0"
     for mode in ("separate", "pooled"):
@@ -151,18 +168,15 @@ def throughput(name: str, corpus: Path, tmp: Path, workers: int, anchor: object,
         for procs, threads in sorted({(1, cores), (workers, max(1, cores // workers)), (1, max(1, cores // workers))}):
             label = f"celery: {procs} worker process{'es' if procs > 1 else ''}, {threads} thread{'s' * (threads > 1)}"
             rows.append((label, celery_rate(corpus, tmp / f"{name}-celery-{procs}-{threads}", procs, threads), ""))
-    again = rate(n, lambda: anchor.encode(texts, batch_size=32))  # type: ignore[attr-defined]
-    base = (base + again) / 2  # the machine may change pace meanwhile: the anchor's mean, before and after
-    rows.insert(0, ("anchor: sentence-transformers, batch 32", base, "mean of a run before the rows and one after"))
-    print(f"\n{name}: {n} documents")
-    print(f"  {'path':<52} {'docs/s':>8} {'x anchor':>9}  note")
-    for label, r, note in rows:
-        print(f"  {label:<52} {r:>8.1f} {r / base:>8.2f}x  {note}", flush=True)
+    return rows
 
 
 def celery_rate(corpus: Path, index: Path, procs: int, threads: int) -> float:
     """Documents/s of an `embed` job over an index ingested without vectors, in tasks of the CLI's
     size, `procs` worker processes of `threads` threads each, warmed up by a first small job."""
+    from celery_ingest import start_worker, stop
+
+    from hybridsearch.cli import CHUNK
     from hybridsearch.engines.embedded import EmbeddedEngine
     from indexer.pipeline import ingest
     from workers import jobs
@@ -248,6 +262,8 @@ def main() -> None:
     ap.add_argument("--passage-quality", action="store_true", help="also hybrid nDCG@10 of the passage methods "
                     "(whole collections; long)")
     ap.add_argument("--skip-throughput", action="store_true", help="only the quality tables asked for")
+    ap.add_argument("--vectors-only", action="store_true", help="throughput of the anchor and the runtimes alone "
+                    "(no index written, no Celery): needs only the encoder's packages")
     args = ap.parse_args()
     for name in ("scifact", "cacm"):
         if not (args.data / name / "corpus.jsonl").is_file():
@@ -258,7 +274,9 @@ def main() -> None:
         tmp = Path(tmp_name)
         cache = tmp / "cache"  # a cold cache: exports and vectors made in this run
         os.environ["HYBRIDSEARCH_EMBEDDING_CACHE"] = str(cache)
-        if args.workers and not args.skip_throughput:
+        if args.workers and not (args.skip_throughput or args.vectors_only):
+            from celery_ingest import free_port, start_redis
+
             program("redis-server")
             port = free_port()
             os.environ["HYBRIDSEARCH_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
@@ -269,14 +287,17 @@ def main() -> None:
                 anchor = anchor_model()
                 for name in ("scifact", "cacm"):
                     throughput(name, subset(args.data / name, args.docs, tmp / f"{name}-corpus"), tmp, args.workers,
-                               anchor, cache)
+                               anchor, cache, args.vectors_only)
             if args.quality:
                 quality(args.data, cache)
             if args.passage_quality:
                 passage_quality(args.data, tmp, cache)
         finally:
             competitor.close()
-            stop(redis)
+            if redis is not None:
+                from celery_ingest import stop
+
+                stop(redis)
 
 
 if __name__ == "__main__":

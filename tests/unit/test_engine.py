@@ -1,4 +1,4 @@
-"""What only the embedded engine has: reopening its directory, the switch to HNSW, readers in
+"""What only the embedded engine has: reopening its directory, the switch to IVF, readers in
 other threads and processes. The shared behaviour is in tests/contract/."""
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ def test_reopen_keeps_everything(tmp_path) -> None:
         assert e.knn(VECS[1], 5).ids[0] == "b" and "c" not in e.knn(VECS[2], 5).ids
 
 
-def test_hnsw_above_the_exact_threshold(tmp_path) -> None:
+def test_ivf_above_the_exact_threshold(tmp_path) -> None:
     n = 400
     vecs = unit_vectors(n, seed=3)
     docs = [Document(id=f"d{i}", title=f"doc {i}", text="filler") for i in range(n)]
     with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
         e.write(docs, vecs)
         e.knn(vecs[0], 1)
-        assert e.stats().details["dense_mode"] == "hnsw"
+        assert e.stats().details["dense_mode"] == "ivf"
         hits = sum(e.knn(vecs[i], 1).ids == [f"d{i}"] for i in range(0, n, 10))
         assert hits >= 38
         e.delete(["d0"])
@@ -39,7 +39,7 @@ def test_hnsw_above_the_exact_threshold(tmp_path) -> None:
         assert "d0" not in e.knn(vecs[0], 5).ids
         assert e.knn(vecs[1], 5).ids.count("d1") <= 1 and e.knn(unit_vectors(1, 77)[0], 1).ids == ["d1"]
     with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
-        assert e.knn(vecs[5], 1).ids == ["d5"] and e.stats().details["dense_mode"] == "hnsw"
+        assert e.knn(vecs[5], 1).ids == ["d5"] and e.stats().details["dense_mode"] == "ivf"
 
 
 def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:
@@ -128,9 +128,10 @@ def _raised(call) -> list[BaseException]:  # noqa: ANN001
     return []
 
 
-def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None:
-    """HNSW walks the graph and skips what the filter refuses, so with 1 vector in 1,000 allowed it
-    would find them poorly or end short of k: so few are scored exactly instead."""
+def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_ivf() -> None:
+    """An IVF search scans the lists nearest the query and skips what the filter refuses, so with
+    1 vector in 1,000 allowed it would find them poorly or end short of k: so few are scored
+    exactly instead."""
     import numpy as np
 
     from hybridsearch.engines.embedded.dense import DenseIndex
@@ -140,7 +141,7 @@ def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     index = DenseIndex(64, exact_max=1000)
     index.upsert(np.arange(len(vecs)), vecs)
-    assert index.hnsw
+    assert index.approximate
     allowed = set(range(0, 30_000, 1000))
     q = vecs[0] + vecs[7] * 0.5
     q /= np.linalg.norm(q)
@@ -149,9 +150,9 @@ def test_a_filter_that_few_vectors_pass_still_gets_k_of_them_from_hnsw() -> None
     assert labels == best and np.allclose(scores, [float(vecs[lb] @ q) for lb in best], atol=1e-5)
 
 
-def test_hnsw_with_many_tombstones_still_returns_k_when_k_of_them_live() -> None:
-    """Removed vectors stay in an HNSW graph as tombstones (until a fifth of it is, or 1,000), and
-    the unfiltered walk skips them: with most of a small graph tombstoned it can end short of k.
+def test_ivf_with_many_tombstones_still_returns_k_when_k_of_them_live() -> None:
+    """Removed vectors stay in an IVF index as tombstones (until a fifth of it is, or 1,000), and
+    the unfiltered scan skips them: with most of a small index tombstoned it can end short of k.
     Then the live vectors are scored exactly."""
     import numpy as np
 
@@ -160,10 +161,10 @@ def test_hnsw_with_many_tombstones_still_returns_k_when_k_of_them_live() -> None
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(1200, 32)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    index = DenseIndex(32, exact_max=100)
+    index = DenseIndex(32, exact_max=100, nprobe=128)  # every list scanned: the answers are exact
     index.upsert(np.arange(1200), vecs)
     index.remove(list(range(999)))  # 999 tombstones, 201 live
-    assert index.hnsw and len(index) == 201
+    assert index.approximate and len(index) == 201
     labels, scores = index.search(vecs[1199], 201, None)
     assert sorted(labels) == list(range(999, 1200)) and labels[0] == 1199
     assert scores == sorted(scores, reverse=True)
@@ -217,12 +218,12 @@ def test_codes_are_searched_exactly_through_updates_removals_and_a_checkpoint(tm
         assert np.array_equal(idx.vectors([5000, 10])[5000], codes[1]) and 10 not in idx.vectors([10])
 
 
-def test_a_reloaded_hnsw_checkpoint_with_a_tombstoned_newest_label_rebuilds(tmp_path) -> None:
+def test_a_reloaded_ivf_checkpoint_with_a_tombstoned_newest_label_rebuilds(tmp_path) -> None:
     """Tombstoned vids keep their labels: a checkpoint whose newest label is a tombstone reloads
     with room for it, and the rebuild past a fifth of tombstones keeps every live vector."""
     import numpy as np
 
-    from hybridsearch.engines.embedded.dense import DenseIndex
+    from hybridsearch.engines.embedded.dense import IVF, DenseIndex
 
     rng = np.random.default_rng(2)
     vecs = rng.normal(size=(1300, 16)).astype(np.float32)
@@ -233,9 +234,65 @@ def test_a_reloaded_hnsw_checkpoint_with_a_tombstoned_newest_label_rebuilds(tmp_
     index.remove([5000])
     index.save(tmp_path / "dense.npz")
     again = DenseIndex.load(tmp_path / "dense.npz", 16, 100)
+    assert again.rebuilt is None and again.mode == IVF and again._lists() == index._lists() == 128
+    assert again.search(vecs[1150], 1, None) == index.search(vecs[1150], 1, None)
     again.remove(list(range(1, 1100)))  # past a fifth: rebuilt
     assert not again._tombstones and len(again) == 100
     assert again.search(vecs[1150], 1, None)[0] == [1151]
+
+
+def test_ivf_recall_lists_and_a_regrown_index() -> None:
+    """On clustered vectors the default probe finds the exact top-10; fewer probed lists find
+    fewer; past twice its ideal size the index is trained anew with more lists."""
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import IVF, DenseIndex, ivf_lists
+
+    rng = np.random.default_rng(4)
+    centres = rng.normal(size=(300, 48)).astype(np.float32)
+    vecs = centres[rng.integers(0, 300, 20_000)] + rng.normal(scale=0.35, size=(20_000, 48)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = DenseIndex(48, exact_max=1000)
+    index.upsert(np.arange(1, 20_001), vecs)
+    assert index.mode == IVF and index._lists() == ivf_lists(20_000) == 512
+
+    def recall(probe: int) -> float:
+        index.nprobe = probe
+        got = 0
+        for q in vecs[:50]:
+            truth = set((np.argsort(-(vecs @ q))[:10] + 1).tolist())
+            got += len(truth & set(index.search(q, 10, None)[0]))
+        return got / 500
+
+    assert recall(64) >= 0.98 and recall(1) < recall(64)
+    index.nprobe = 64
+    index.upsert(np.arange(20_001, 70_001), np.repeat(vecs, 3, axis=0)[:50_000])
+    assert len(index) == 70_000 and index._lists() == ivf_lists(70_000) == 1024
+    assert index.search(vecs[7], 1, None)[1][0] > 0.9999
+
+
+def test_an_hnsw_checkpoint_of_an_older_version_is_searched_then_rebuilt_as_ivf(tmp_path) -> None:
+    """A dense checkpoint written before IVF (format without a version, HNSW above the exact
+    size) loads and answers; its first rebuild makes it IVF."""
+    import faiss
+    import numpy as np
+
+    from hybridsearch.engines.embedded.dense import HNSW, IVF, DenseIndex, _write_npz
+
+    rng = np.random.default_rng(5)
+    vecs = rng.normal(size=(3000, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    old = faiss.IndexIDMap2(faiss.IndexHNSWFlat(16, 32, faiss.METRIC_INNER_PRODUCT))
+    old.add_with_ids(vecs, np.arange(1, 3001))
+    labels = np.arange(10, 3010)
+    _write_npz(tmp_path / "dense.npz", old, vid_of=np.stack([labels, np.arange(1, 3001)], axis=1),
+               label_of=np.stack([np.arange(1, 3001), labels], axis=1), tombstones=np.zeros(0, dtype=np.int64),
+               state=np.array([7, 3001, 1, 16], dtype=np.int64), store=np.frombuffer(b"s", dtype=np.uint8))
+    index = DenseIndex.load(tmp_path / "dense.npz", 16, 100, store_id="s")
+    assert index.rebuilt is None and index.mode == HNSW and index.applied_seq == 7 and len(index) == 3000
+    assert index.search(vecs[42], 1, None)[0] == [52]
+    index.remove(list(range(10, 1011)))  # past a fifth (and 1,000): rebuilt
+    assert index.mode == IVF and len(index) == 1999 and index.search(vecs[2042], 1, None)[0] == [2052]
 
 
 def test_a_label_given_twice_keeps_its_last_row() -> None:

@@ -1,5 +1,6 @@
 """The vector channels' in-memory indexes: float vectors by inner product (DenseIndex: faiss, exact
-up to a size, HNSW above it) and binary codes by Hamming similarity (CodeIndex: always exact).
+up to a size, inverted lists (IVF) above it) and binary codes by Hamming similarity (CodeIndex:
+always exact).
 
 Both map labels (the store's chunk labels) to what they hold in numpy arrays indexed by label, not
 Python dicts (a million entries cost 8 bytes each, not about a hundred), and take and give
@@ -8,6 +9,7 @@ matrices: `upsert(labels, mat)` (a label given twice in one call takes its last 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -20,17 +22,17 @@ import numpy as np
 
 from hybridsearch.engines import Progress
 
-HNSW_M = 32
-HNSW_EF_CONSTRUCTION = 100
-
 # One query at a time needs no OpenMP team, and faiss' idle OpenMP threads spin and steal the
-# cores from torch's query embedding (it doubled dense latency). Bulk HNSW builds use all cores.
+# cores from torch's query embedding (it doubled dense latency). Bulk builds use all cores.
 faiss.omp_set_num_threads(1)
 
 _log = logging.getLogger("hybridsearch")
 _PARALLEL_FROM = 100_000  # below this many vectors one thread searches fastest
-_BUILD_SLICE = 5_000  # vectors added to a new HNSW graph between two progress reports
-_EXACT_FILTERED = 2_000  # vectors passing a filter that an HNSW index scores exactly instead of walking
+_BUILD_SLICE = 5_000  # vectors added to an index between two progress reports of a large addition
+_EXACT_FILTERED = 2_000  # vectors passing a filter that an approximate index scores exactly instead
+_TRAIN_PER_LIST = 32  # k-means sample of an IVF build: vectors per list
+_LEGACY_EF_SEARCH = 256  # candidates a search of an HNSW index (from an older checkpoint) examines
+EXACT, HNSW, IVF = 0, 1, 2  # a dense index's modes (HNSW: only as read from an older checkpoint)
 _SCAN_ROWS = 1 << 16  # codes gathered and scanned at a time by a filtered Hamming search
 _READ_ERRORS = (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile)
 
@@ -64,6 +66,12 @@ def _last_of_each(labels: np.ndarray, mat: np.ndarray) -> tuple[np.ndarray, np.n
     return labels[keep], mat[keep]
 
 
+def ivf_lists(n: int) -> int:
+    """The inverted lists of an IVF index over `n` vectors: the power of two nearest 4 * sqrt(n)
+    (at least 64): 2,048 at 200k, 4,096 at 1M."""
+    return 1 << max(6, round(math.log2(4 * math.sqrt(max(n, 1)))))
+
+
 _FAISS_MEMBER = "index.faiss"  # a dense checkpoint's faiss index, beside its arrays (older ones: index.npy)
 
 
@@ -91,18 +99,24 @@ def _read_faiss(path: Path, z: np.lib.npyio.NpzFile) -> faiss.Index:
 
 
 class DenseIndex:
-    """Float vectors (`dim`) scored by inner product. faiss ids are vector versions (vids), so HNSW,
-    which cannot remove, can tombstone old ones.
+    """Float vectors (`dim`) scored by inner product. faiss ids are vector versions (vids), so an
+    approximate index tombstones old ones instead of removing them.
 
     Exact mode (IndexFlatIP) removes for real. When an upsert takes the index past `exact_max`
-    live vectors it is built again as HNSW once, from every live vector at a time; it is built
-    again when tombstones pass a fifth of it. Large additions (a build, or a batch of
-    _BUILD_SLICE vectors or more) use every core and report to `progress` slice by slice."""
+    live vectors it is built again as IVF-Flat: k-means over a sample of the live vectors gives
+    `ivf_lists(n)` centroids, each vector is kept in its nearest centroid's list, and a search
+    scores every vector of the `nprobe` lists nearest the query exactly (bench/scale.py at 1M
+    clustered vectors: recall@10 1.000 at 16 of 4,096 lists; HNSW, M 32, kept 0.94 at any
+    ef_search, and took three times as long to build). New vectors join their nearest list; the
+    index is built again (trained anew) when its live vectors call for twice its lists (at 524k
+    for one built at 200k), and when tombstones pass a fifth of it. A checkpoint of an older HNSW
+    index is still read and searched until its next build. Large additions (a build, or a batch
+    of _BUILD_SLICE vectors or more) use every core and report to `progress` slice by slice."""
 
-    def __init__(self, dim: int, exact_max: int, ef_search: int = 256) -> None:
+    def __init__(self, dim: int, exact_max: int, nprobe: int = 64) -> None:
         self.dim = dim
         self.exact_max = exact_max
-        self.ef_search = ef_search  # vectors an HNSW search examines (at least k)
+        self.nprobe = nprobe  # IVF lists a search scans
         self.applied_seq = 0
         self.progress: Progress | None = None
         self._lock = threading.RLock()
@@ -112,19 +126,43 @@ class DenseIndex:
         self._tombstones: set[int] = set()
         self._skip: tuple[faiss.IDSelector, ...] | None = None  # the tombstones' selector, kept until they change
         self._next_vid = 1
-        self.hnsw = False
-        self._index = self._new_index(hnsw=False)
+        self.mode = EXACT
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         self.store_id = ""  # the store this index is built from (stamped into checkpoints)
         self.rebuilt: str | None = None  # why load() started empty instead of from the checkpoint
 
-    def _new_index(self, *, hnsw: bool) -> faiss.Index:
-        if hnsw:
-            base = faiss.IndexHNSWFlat(self.dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-            base.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-            base.hnsw.efSearch = self.ef_search
-        else:
-            base = faiss.IndexFlatIP(self.dim)
-        return faiss.IndexIDMap2(base)
+    @property
+    def approximate(self) -> bool:
+        return self.mode != EXACT
+
+    def _lists(self) -> int:
+        """The IVF index's list count (0 in another mode)."""
+        return faiss.downcast_index(self._index.index).nlist if self.mode == IVF else 0
+
+    def _new_index(self, mat: np.ndarray) -> faiss.Index:
+        """An empty index for the vectors `mat`: exact up to `exact_max`, else IVF trained on them
+        (on every core; the k-means sample is fixed by a seed, so a build repeats)."""
+        if len(mat) <= self.exact_max:
+            return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+        nlist = ivf_lists(len(mat))
+        ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        ivf.cp.min_points_per_centroid = 1  # the sample is sized here; no warning on stderr for it
+        rows = len(mat)
+        sample = np.sort(np.random.default_rng(0).choice(rows, min(rows, _TRAIN_PER_LIST * nlist), replace=False))
+        what = f"dense index: training {nlist:,} IVF lists"
+        if self.progress is not None:
+            self.progress(what, 0, 1)
+        start = time.perf_counter()
+        faiss.omp_set_num_threads(os.cpu_count() or 1)
+        try:
+            ivf.train(np.ascontiguousarray(mat[sample]))
+        finally:
+            faiss.omp_set_num_threads(1)
+        if self.progress is not None:
+            self.progress(what, 1, 1)
+        _log.info("%s on %d vectors in %.1fs", what, len(sample), time.perf_counter() - start)
+        ivf.make_direct_map()  # reconstruct() by position, for exact scores and rebuilds
+        return faiss.IndexIDMap2(ivf)
 
     def __len__(self) -> int:
         return self._live
@@ -144,8 +182,9 @@ class DenseIndex:
             self._label_of = _fit(self._label_of, self._next_vid)
             self._label_of[vids] = labels
             self._live += len(labels)
-            if not self.hnsw and self._live > self.exact_max:
-                self._rebuild(hnsw=True, adding=(vids, mat))
+            if (self.mode == EXACT and self._live > self.exact_max) or \
+                    (self.mode == IVF and ivf_lists(self._live) >= 2 * self._lists()):
+                self._rebuild(adding=(vids, mat))
             else:
                 self._add(self._index, mat, vids)
 
@@ -157,17 +196,18 @@ class DenseIndex:
                 return
             self._vid_of[self._label_of[vids]] = 0
             self._live -= len(vids)
-            if self.hnsw:
+            if self.approximate:
                 self._tombstones.update(vids.tolist())
                 self._skip = None
                 if len(self._tombstones) > max(1000, self._index.ntotal // 5):
-                    self._rebuild(hnsw=True)
+                    self._rebuild()
             else:
                 self._index.remove_ids(vids)
                 self._label_of[vids] = 0
 
-    def _rebuild(self, *, hnsw: bool, adding: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """The index built anew from its live vectors (and `adding`: vids and vectors not in it yet)."""
+    def _rebuild(self, *, adding: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """The index built anew from its live vectors (and `adding`: vids and vectors not in it
+        yet), in the mode their count calls for."""
         base = faiss.downcast_index(self._index.index)
         vids = faiss.vector_to_array(self._index.id_map).astype(np.int64)
         mat = base.reconstruct_n(0, base.ntotal) if base.ntotal else np.zeros((0, self.dim), dtype=np.float32)
@@ -175,10 +215,10 @@ class DenseIndex:
         vids, mat = vids[live], mat[live]
         if adding is not None:
             vids, mat = np.concatenate([vids, adding[0]]), np.concatenate([mat, adding[1]])
-        index = self._new_index(hnsw=hnsw)
+        index = self._new_index(mat)
+        self.mode = EXACT if len(mat) <= self.exact_max else IVF
         self._add(index, mat, vids)
         self._index = index
-        self.hnsw = hnsw
         labels = self._label_of[vids]
         self._tombstones.clear()
         self._skip = None
@@ -187,12 +227,11 @@ class DenseIndex:
 
     def _add(self, index: faiss.Index, mat: np.ndarray, vids: np.ndarray) -> None:
         """Add vectors to `index`: a few on one thread; many on every core, in slices that report
-        to `progress` (an HNSW insert is the dear part of a build)."""
+        to `progress`."""
         if len(vids) < _BUILD_SLICE:
             index.add_with_ids(mat, vids)
             return
-        what = "dense index: building the HNSW graph" if self.hnsw or self._live > self.exact_max \
-            else "dense index: adding vectors"
+        what = "dense index: filling the IVF lists" if self.mode == IVF else "dense index: adding vectors"
         start = time.perf_counter()
         faiss.omp_set_num_threads(os.cpu_count() or 1)
         try:
@@ -205,9 +244,12 @@ class DenseIndex:
         _log.info("%s: %d vectors in %.1fs", what, len(vids), time.perf_counter() - start)
 
     def _params(self, sel: faiss.IDSelector | None, k: int) -> faiss.SearchParameters | None:
-        if self.hnsw:
-            return faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, k)) if sel is not None \
-                else faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
+        if self.mode == IVF:
+            return faiss.SearchParametersIVF(sel=sel, nprobe=self.nprobe) if sel is not None \
+                else faiss.SearchParametersIVF(nprobe=self.nprobe)
+        if self.mode == HNSW:
+            return faiss.SearchParametersHNSW(sel=sel, efSearch=max(_LEGACY_EF_SEARCH, k)) if sel is not None \
+                else faiss.SearchParametersHNSW(efSearch=max(_LEGACY_EF_SEARCH, k))
         return None if sel is None else faiss.SearchParameters(sel=sel)
 
     def search(self, vec: np.ndarray, k: int, allowed: set[int] | None) -> tuple[list[int], list[float]]:
@@ -222,9 +264,9 @@ class DenseIndex:
                 vids = vids[vids > 0]
                 if not len(vids):
                     return [], []
-                if self.hnsw and len(vids) <= _EXACT_FILTERED:
-                    # few pass the filter: scored exactly (an HNSW walk that skips nearly every
-                    # vector it meets finds them poorly)
+                if self.approximate and len(vids) <= _EXACT_FILTERED:
+                    # few pass the filter: scored exactly (the lists nearest the query may hold
+                    # none of them)
                     return self._exact(vec, self._label_of[vids].tolist(), k)
                 sel = faiss.IDSelectorBatch(vids)
             elif self._tombstones:
@@ -246,10 +288,10 @@ class DenseIndex:
                 labels.append(int(self._label_of[v]))
                 out.append(float(s))
             passing = len(vids) if allowed is not None else self._live
-            if self.hnsw and len(labels) < min(k, passing):
-                # an HNSW walk that skips vectors (those the filter refuses, or tombstones) can end
-                # short of k when few pass: those that pass are scored exactly instead, so nothing
-                # the filter lets through is withheld
+            if self.approximate and len(labels) < min(k, passing):
+                # an approximate search that skips vectors (those the filter refuses, or
+                # tombstones) can end short of k when few pass: those that pass are scored exactly
+                # instead, so nothing the filter lets through is withheld
                 return self._exact(vec, self._label_of[vids].tolist() if allowed is not None else self.labels(), k)
             return labels, out
 
@@ -279,8 +321,10 @@ class DenseIndex:
     # -- persistence (a checkpoint; the journal replays whatever came after it) -----------------
     @staticmethod
     def fits(state: list[int], dim: int) -> bool:
-        """Whether a checkpoint's state (seq, next vid, hnsw, dim) is one `load` takes for `dim`."""
-        return len(state) == 4 and state[3] == dim
+        """Whether a checkpoint's state (seq, next vid, mode, dim[, format]) is one `load` takes
+        for `dim`: format 2 (mode EXACT or IVF), or an older one without a format (EXACT or HNSW)."""
+        return (len(state) == 4 and state[2] in (EXACT, HNSW) or len(state) == 5 and state[4] == 2) \
+            and state[3] == dim
 
     def save(self, path: Path) -> None:
         with self._lock:
@@ -290,24 +334,24 @@ class DenseIndex:
                        vid_of=np.stack([live, self._vid_of[live]], axis=1),
                        label_of=np.stack([kept, self._label_of[kept]], axis=1),
                        tombstones=np.array(sorted(self._tombstones), dtype=np.int64),
-                       state=np.array([self.applied_seq, self._next_vid, int(self.hnsw), self.dim], dtype=np.int64),
+                       state=np.array([self.applied_seq, self._next_vid, self.mode, self.dim, 2], dtype=np.int64),
                        store=np.frombuffer(self.store_id.encode(), dtype=np.uint8))
 
     @classmethod
-    def load(cls, path: Path, dim: int, exact_max: int, *, ef_search: int = 256, store_id: str = "",
+    def load(cls, path: Path, dim: int, exact_max: int, *, nprobe: int = 64, store_id: str = "",
              max_seq: Callable[[], int] | None = None) -> DenseIndex:
         """The checkpoint at `path`, or an empty index (which the journal refills) when there is
         none, or when it cannot be read, was built from another store or is ahead of the journal
         (its last seq, `max_seq()`, read after the checkpoint: the owner may commit and checkpoint
         meanwhile); then `rebuilt` says why."""
-        self = cls(dim, exact_max, ef_search)
+        self = cls(dim, exact_max, nprobe)
         self.store_id = store_id
         if not path.exists():
             return self
         try:
             with np.load(path) as z:
                 state = [int(x) for x in z["state"]]
-                seq, next_vid, hnsw, _ = state
+                seq, next_vid, mode = state[:3]
                 if not cls.fits(state, dim):
                     return self
                 if not _same_store(z, store_id, seq, max_seq):
@@ -324,7 +368,7 @@ class DenseIndex:
         self._label_of = _fit(self._label_of, next_vid)
         self._label_of[label_of[:, 0]] = label_of[:, 1]
         self._index, self._tombstones, self._live = index, set(tombstones.tolist()), len(vid_of)
-        self.applied_seq, self._next_vid, self.hnsw = seq, next_vid, bool(hnsw)
+        self.applied_seq, self._next_vid, self.mode = seq, next_vid, mode
         return self
 
 

@@ -159,12 +159,12 @@ class EmbeddedEngine:
         elif stale:
             self.set_meta("analysis", ANALYSIS_RULES)
         self._open_bm25()
-        # derived vector indexes, opened when first needed; an HNSW insert is dear to replay, an HDC
+        # derived vector indexes, opened when first needed; a dense insert is dear to replay, an HDC
         # code cheap (and a large HDC matrix dear to read and write whole)
         dense = self.path / "dense.npz"
         self._specs: dict[str, _Spec] = {"dense": _Spec(
             dense, DenseIndex, self.dim, frozenset({"upsert", "delete", "vector"}), _DUE_DENSE,
-            partial(DenseIndex.load, dense, self.dim, exact_max, ef_search=get_settings().dense_ef_search,
+            partial(DenseIndex.load, dense, self.dim, exact_max, nprobe=get_settings().dense_nprobe,
                     store_id=store_id, max_seq=self.store.max_seq), self.store.vector_rows)}
         for f in HDC_FIELDS:
             path = self.path / f"hdc_{f}.npz"
@@ -518,7 +518,7 @@ class EmbeddedEngine:
             # the vector indexes this process has open (None: not open, nothing loaded to say)
             "dense_applied_seq": None if (d := self._loaded.get("dense")) is None else d.applied_seq,
             "dense_vectors": None if d is None else len(d),
-            "dense_mode": None if not isinstance(d, DenseIndex) else "hnsw" if d.hnsw else "exact",
+            "dense_mode": None if not isinstance(d, DenseIndex) else ("exact", "hnsw", "ivf")[d.mode],
             "hdc_indexed": {f: None if (h := self._loaded.get(f"hdc:{f}")) is None else len(h) for f in HDC_FIELDS},
             "bm25_fields": sorted(self.bm25_index.fields_present),
             "model": self.model,
