@@ -378,3 +378,32 @@ def _journal_reads(monkeypatch) -> list[int]:  # noqa: ANN001
 
     monkeypatch.setattr(Store, "journal_pages", counted)
     return read
+
+
+def test_a_small_update_leaves_the_checkpoint_and_the_next_open_replays_it(tmp_path, monkeypatch) -> None:
+    """A checkpoint is written whole, so a close saves a vector index only when its changes reach
+    its minimum (1,000 for the dense one) and a tenth of its size: a small update leaves the file
+    as it was, and the next open replays the update from the journal; a large one saves it."""
+    n = 2000
+    vecs = unit_vectors(n + 1, seed=9)
+    docs = [Document(id=f"d{i}", title=f"doc {i}", text="filler") for i in range(n)]
+    path = tmp_path / "idx"
+    with EmbeddedEngine(path) as e:
+        e.write(docs, vecs[:n])
+        e.knn(vecs[0], 1)
+    saved = (path / "dense.npz").stat()
+    with EmbeddedEngine(path) as e:
+        e.write([Document(id="d5", title="moved", text="x")], vecs[n:])
+        e.delete(["d6"])
+        assert e.knn(vecs[n], 1).ids == ["d5"]
+    after = (path / "dense.npz").stat()
+    assert (after.st_mtime_ns, after.st_size, after.st_ino) == (saved.st_mtime_ns, saved.st_size, saved.st_ino)
+    read = _journal_reads(monkeypatch)
+    with EmbeddedEngine(path) as e:
+        assert e.knn(vecs[n], 1).ids == ["d5"] and "d6" not in e.knn(vecs[6], 3).ids
+        assert len(read) == 2  # the update and the delete, replayed
+        e.write(docs[:1500], vecs[1:1501])
+    assert (path / "dense.npz").stat().st_mtime_ns != saved.st_mtime_ns
+    read.clear()
+    with EmbeddedEngine(path) as e:
+        assert e.knn(vecs[1], 1).ids == ["d0"] and read == []

@@ -49,7 +49,7 @@ from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 _log = logging.getLogger("hybridsearch")
 _CHECKPOINT_EVERY = 20_000  # journal entries applied to a vector index before it is saved again (at least)
 _PAGE = 50_000  # journal entries read and applied at a time
-_DUE_DENSE = 1000  # changes past the dense checkpoint that an ingest's end or a close saves
+_DUE_DENSE = 1000  # changes past the dense checkpoint that an ingest's end or a close saves (at least)
 VectorIndex = DenseIndex | CodeIndex
 Rows = tuple[np.ndarray, np.ndarray]  # labels, and their vectors or codes as the rows of a matrix
 
@@ -61,9 +61,18 @@ class _Spec(NamedTuple):
     kind: type[VectorIndex]
     dim: int
     ops: frozenset[str]  # the journal operations that change it
-    due: int  # changes past its checkpoint that an ingest's end or a close saves
+    due: int  # changes past its checkpoint that an ingest's end or a close saves (at least; a tenth of its size)
     open: Callable[[], VectorIndex]
     fetch: Callable[[list[int]], Rows]  # its rows by label
+
+
+def _checkpoint_rows(spec: _Spec) -> int:
+    """About how many rows a vector index's checkpoint holds, from its file's size (0: none)."""
+    try:
+        size = spec.path.stat().st_size
+    except OSError:
+        return 0
+    return size // (spec.dim * 4 if spec.kind is DenseIndex else spec.dim // 8)
 
 
 class EmbeddedEngine:
@@ -275,22 +284,25 @@ class EmbeddedEngine:
             self._unsaved[name], index.rebuilt = 0, None
 
     def checkpoint(self) -> None:
-        """Bring the vector indexes up to date on disk, so that the next open replays little of the
-        journal: an open one is saved if it changed; one not open is opened, caught up, saved and
-        let go (one at a time) when the journal holds enough changes to it past its checkpoint: any
-        without a checkpoint load would take, else its `due`."""
+        """Save the vector indexes whose changes past their checkpoints the next open should not
+        replay: those that reach the index's `due` and a tenth of its size (a checkpoint is written
+        whole, so an update costs what it changes), or any change where there is no checkpoint
+        load would take. One not open is opened, caught up, saved and let go, one at a time; the
+        changes left unsaved are replayed from the journal when the index next opens."""
         with self._lock:
             if not self.owner:
                 return
             for name, spec in self._specs.items():
-                was_open = name in self._loaded
+                index = self._loaded.get(name)
                 seq = saved_seq(spec.kind, spec.path, spec.dim, self.store.store_id)
-                due = 1 if seq < 0 else spec.due
-                if was_open or self.store.count_since(seq, spec.ops, due) >= due:
-                    index = self._index(name)
-                    self._save(name, index)
-                    if not was_open:
-                        del self._loaded[name]
+                size = len(index) if index is not None else _checkpoint_rows(spec)
+                due = 1 if seq < 0 else max(spec.due, size // 10)
+                if index is not None:
+                    if self._unsaved[name] >= due or index.rebuilt:
+                        self._save(name, index)
+                elif self.store.count_since(seq, spec.ops, due) >= due:
+                    self._save(name, self._index(name))
+                    del self._loaded[name]
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None = None,
