@@ -104,7 +104,7 @@ class Settings(BaseSettings):
                                  "exactly before it switches to inverted lists (IVF)")
     dense_nprobe: int = Field(default=64, ge=1, le=65_536, description="inverted lists an embedded IVF search "
                               "scans, of 2,048 at 200k vectors and 4,096 at 1M (bench/scale.py at 1M clustered "
-                              "vectors: recall@10 0.995 at 8, 1.000 at 16; p50 0.4 ms at 8, 1.9 ms at 64)")
+                              "vectors: recall@10 1.000 at 64, 0.99 at 8; p50 1.8 ms at 64, 0.8 ms at 16)")
     torch_threads: int | None = Field(default=None, ge=1, description="threads of the encoder, torch and ONNX "
                                       "Runtime alike (default: the cores this process may run on)")
 

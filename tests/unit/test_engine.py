@@ -175,9 +175,11 @@ def test_ivf_with_many_tombstones_still_returns_k_when_k_of_them_live() -> None:
     assert index.search(vecs[0], 1, None)[0] == [1199]
     found = dict(zip(*index.search(vecs[1199], 3, None), strict=True))
     assert np.isclose(found.get(1199, 0.0), vecs[0] @ vecs[1199]) and max(found.values()) < 0.99
-    index.upsert(np.arange(999), vecs[:999])
-    index.upsert(np.arange(999), vecs[:999])  # the second time tombstones the first: past a fifth
+    index.upsert(np.arange(999), vecs[998::-1])
+    index.upsert(np.arange(999), vecs[:999])  # new vectors tombstone the first ones: past a fifth
     assert not index._tombstones and len(index) == 1200 and index.search(vecs[5], 1, None)[0] == [5]
+    index.upsert(np.arange(999), vecs[:999])  # the vectors they hold: nothing to do
+    assert not index._tombstones and len(index) == 1200
 
 
 def test_codes_are_searched_exactly_through_updates_removals_and_a_checkpoint(tmp_path) -> None:
