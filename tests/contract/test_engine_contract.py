@@ -406,10 +406,11 @@ def test_citation_graph(engine) -> None:
     assert nb["b"].pagerank > nb["a"].pagerank > 0
     # what the reranker reads: the authority alone, the same as in the neighbour lists
     assert engine.authority(["a", "b", "c", "missing"]) == {i: nb[i].authority for i in "abc"}
-    if hasattr(engine, "client"):  # OpenSearch: from the binary doc value `graph.lists`, in one request
+    if hasattr(engine, "client"):  # OpenSearch: the chunks' work ids, then the works' `lists` (graph index)
         with opensearch_requests(engine) as sent:
             assert engine.neighbors(["a", "b", "c", "missing"]) == nb
-        assert len(sent) == 1 and "graph.lists" in sent[0][1][0]["docvalue_fields"], sent
+        assert [what for what, _ in sent] == ["neighbors", "read graph"], sent
+        assert sent[1][1][0]["docvalue_fields"] == ["work_id", "lists"], sent
     assert update_graph(engine) == (summary, False)
 
     engine.write([Document(id="d", title="Tychonoff theorem", text="Products of compact spaces are compact.",

@@ -125,26 +125,37 @@ def test_the_indexed_form_of_a_chunk() -> None:
     assert info is not None and (info.title, info.work_id, info.year) == ("Ä", "x", 1895)
 
 
-def test_a_chunks_graph_as_a_binary_doc_value() -> None:
-    """`graph.lists` carries the whole graph; read back as served (base64 without padding) it gives
-    the same Neighbors as the keyword lists of `_source`, order and exact floats included."""
+def test_a_works_graph_document_and_its_binary_doc_value() -> None:
+    """A graph document's `lists` carries the whole graph; read back as served (base64 without
+    padding) it gives the same Neighbors as its keyword lists, order and exact floats included;
+    its digest changes with any of it. Chunks of the earlier layout read `graph.lists`."""
+    import dataclasses
+
     from hybridsearch.engines import Neighbors
 
     nb = Neighbors(("b", "ä\"\\x"), ("😀",), ("c", "a"), 0.1 + 0.2, 1 / 3)
-    (g,) = Q.graph_source(nb).values()
-    assert {k: g[k] for k in ("cites", "cited_by", "cocited")} == {"cites": ["b", "ä\"\\x"], "cited_by": ["😀"],
-                                                                  "cocited": ["c", "a"]}
+    g = Q.graph_doc("w1", nb)
+    assert {k: g[k] for k in ("work_id", "cites", "cited_by", "cocited")} == {
+        "work_id": "w1", "cites": ["b", "ä\"\\x"], "cited_by": ["😀"], "cocited": ["c", "a"]}
     served = g["lists"].rstrip("=")
     assert served != g["lists"]  # this one has padding to restore
+    assert Q.neighbors_from_docvalues({"lists": [served], "authority": [0.33]}, "") == nb
     assert Q.neighbors_from_docvalues({"graph.lists": [served], "graph.authority": [0.33]}) == nb
     assert Q.neighbors_of(g) == nb
-    # a graph written before `graph.lists`: not from doc values; no graph at all: empty
+    other = dataclasses.replace(nb, authority=0.5)
+    assert Q.graph_doc("w1", nb)["digest"] == g["digest"] != Q.graph_doc("w1", other)["digest"]
+    # a chunk graph written before `graph.lists`: not from doc values; no graph at all: empty
     assert Q.neighbors_from_docvalues({"id": ["x"], "graph.authority": [0.0]}) is None
     assert Q.neighbors_from_docvalues({"id": ["x"]}) == Neighbors() == Q.neighbors_of(None)
     # a work the build did not see: no PageRank or authority (null), read back as empty Neighbors
-    unseen = Q.graph_source(Neighbors())["graph"]
+    unseen = Q.graph_doc("w2", Neighbors())
     assert unseen["authority"] is None and unseen["pagerank"] is None and Q.neighbors_of(unseen) == Neighbors()
-    assert Q.neighbors_from_docvalues({"graph.lists": [unseen["lists"]]}) == Neighbors()
+    assert Q.neighbors_from_docvalues({"lists": [unseen["lists"]]}, "") == Neighbors()
+    # the graph index: named so that no logical index, version, alias or template can take it
+    body = Q.graph_index_body("cacm")
+    assert Q.graph_index("cacm") == "graph+cacm" and body["mappings"]["_meta"]["hybridsearch"]["graph_of"] == "cacm"
+    assert set(body["mappings"]["properties"]) == {"work_id", "cites", "cited_by", "cocited", "pagerank",
+                                                   "authority", "lists", "digest"}
 
 
 def test_templates_name_the_configured_knn_engine() -> None:

@@ -152,6 +152,71 @@ def test_a_write_keeps_what_a_worker_stored_meanwhile(opensearch_index, monkeypa
     worker.close()
 
 
+def test_a_graph_build_writes_its_own_index_and_no_chunk(opensearch_index) -> None:
+    """The graph goes into `graph+<index>`, one document per work: a build rewrites no chunk (their
+    sequence numbers stay), a forced build of the same input writes nothing, a work that left is
+    deleted from it, and a drop removes it with the chunks."""
+    from indexer.graph import update_graph
+
+    engine = opensearch_index
+    engine.write([Document(id="a", title="Alpha", text="x", cites=["b"], year=1990),
+                  Document(id="b", title="Beta", text="y", year=1980),
+                  Document(id="c", title="Gamma", text="z", cites=["a", "b"], year=2000)])
+    ids = ["a", "b", "c"]
+
+    def seq_nos() -> dict[str, int]:
+        return {i: d["_seq_no"] for i, d in engine._mget(ids, ["id"]).items()}
+
+    def graph_versions() -> dict[str, int]:
+        hits = engine.client.search(index=engine.graph_index, body={"size": 10, "version": True})["hits"]["hits"]
+        return {h["_id"]: h["_version"] for h in hits}
+
+    before = seq_nos()
+    assert update_graph(engine)[1] and seq_nos() == before
+    assert engine.graph_index == f"graph+{engine.index}" and set(graph_versions()) == set(ids)
+    nb = engine.neighbors(["b", "c"])
+    assert nb["b"].cited_by == ("a", "c") and nb["c"].cites == ("a", "b") and nb["b"].pagerank > nb["c"].pagerank
+    assert engine.authority(ids) == {i: n.authority for i, n in engine.neighbors(ids).items()}
+    versions = graph_versions()
+    assert update_graph(engine, force=True)[1] and graph_versions() == versions  # nothing changed
+    engine.delete(["c"])
+    assert update_graph(engine)[1] and set(graph_versions()) == {"a", "b"}
+    assert engine.neighbors(["b"])["b"].cited_by == ("a",)
+    assert engine.graph_index in engine.drop()
+    assert not engine.client.indices.exists(index=engine.graph_index)
+
+
+def test_a_graph_held_by_the_chunks_is_read_from_them_until_the_next_build(opensearch_index) -> None:
+    """An index whose graph was built before the graph index (on each chunk, `graph`) answers
+    from its chunks, keeps a chunk's graph through a rewrite, and moves to the graph index at its
+    next build."""
+    import base64
+    import json
+
+    from hybridsearch.engines import Neighbors
+    from hybridsearch.engines.opensearch import queries as Q
+    from indexer.graph import update_graph
+
+    engine = opensearch_index
+    engine.write([Document(id="a", title="Alpha", text="x", cites=["b"]), Document(id="b", title="Beta", text="y")])
+    old = {"a": Neighbors(cites=("b",), pagerank=0.25, authority=0.0),
+           "b": Neighbors(cited_by=("a",), pagerank=0.75, authority=0.5)}
+
+    def on_chunk(nb: Neighbors) -> dict[str, object]:
+        g = {k: v for k, v in Q.graph_doc("-", nb).items() if k not in ("work_id", "digest")}
+        return {"graph": g}
+
+    assert engine._update(["a", "b"], [on_chunk(old["a"]), on_chunk(old["b"])]) == 2
+    engine.set_meta("graph", {"hash": "earlier", "works": 2, "edges": 1, "oriented": 0, "missing": 0,
+                              "dangling": 1, "pagerank_sum": 1.0, "seconds": 0.1})
+    assert engine.neighbors(["a", "b"]) == old and engine.authority(["b"]) == {"b": 0.5}
+    engine.write([Document(id="b", title="Beta again", text="y")])
+    assert engine.neighbors(["b"]) == {"b": old["b"]}
+    assert json.loads(base64.b64decode(engine._sources(["b"], ["graph"])["b"]["graph"]["lists"]))["authority"] == 0.5
+    assert update_graph(engine)[1] and engine.client.indices.exists(index=engine.graph_index)
+    assert engine.neighbors(["b"])["b"].cited_by == ("a",) and engine.neighbors(["b"])["b"].pagerank != 0.75
+
+
 def test_a_write_never_goes_into_an_index_hybridsearch_did_not_make(opensearch_url) -> None:
     """Both aliases name an index made by hand: the write is refused with one line, and that
     index's mapping and documents stay as they were."""

@@ -187,23 +187,29 @@ def test_interrupted_reindex_changes_nothing(admin, name) -> None:
 
 def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, name) -> None:
     from hybridsearch.hdc import HdcEncoder
+    from indexer.graph import update_graph
 
     repo = f"test-{uuid.uuid4().hex[:8]}"
     engine = admin.engine(name)
     docs = corpus(300)
+    docs[0] = docs[0].model_copy(update={"cites": [docs[1].id, docs[2].id]})
+    docs[3] = docs[3].model_copy(update={"cites": [docs[1].id]})
     vecs = unit_vectors(len(docs))
     hdc = HdcEncoder(engine.analyzer)
     engine.write(docs, vecs, [hdc.encode_document(d) for d in docs])
     ids = [d.id for d in docs]
     before_docs, before_vecs = engine.get(ids), engine.vectors(ids)
     before_hits = engine.hamming({"topic": hdc.encode_query(docs[0].title)["topic"]}, k=5)["topic"].ids
+    update_graph(engine)
+    before_graph = engine.neighbors(ids)
+    assert before_graph[docs[1].id].cited_by == tuple(sorted([docs[0].id, docs[3].id]))
     try:
         admin.repo_add(repo)
         snap = admin.snapshot_create("snap-1", repo, [name])
-        assert snap["indices"] == {name: f"{name}-v1"}
+        assert snap["indices"] == {name: f"{name}-v1"} and snap["graphs"] == {name: f"graph+{name}"}
         assert [s["snapshot"] for s in admin.snapshots(repo)] == ["snap-1"]
         admin.delete(name)
-        assert engine.count() == 0
+        assert engine.count() == 0 and not admin.client.indices.exists(index=f"graph+{name}")
         with pytest.raises(Exception, match="no snapshot 'nope'"):
             admin.snapshot_restore("nope", repo)
         res = admin.snapshot_restore("snap-1", repo)
@@ -215,6 +221,7 @@ def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, na
         assert all(np.array_equal(after_vecs[i], before_vecs[i]) for i in ids)
         assert engine.stats().codes == len(docs)
         assert engine.hamming({"topic": hdc.encode_query(docs[0].title)["topic"]}, k=5)["topic"].ids == before_hits
+        assert engine.neighbors(ids) == before_graph  # the graph index came back with it
         engine.write([Document(id="new", title="written after the restore", text="y")])  # the write alias is back
         assert engine.count() == len(docs) + 1
         with pytest.raises(Exception, match="pass --yes"):
@@ -224,6 +231,7 @@ def test_snapshot_delete_restore_brings_back_every_document_and_vector(admin, na
         assert replaced["replaced"] == [name] and replaced["indices"] == {name: f"{name}-v2"}
         assert [v.index for v in admin.get(name).versions] == [f"{name}-v2"]
         assert engine.count() == len(docs) and engine.get(ids) == before_docs
+        assert engine.neighbors(ids) == before_graph
         engine.write([Document(id="new", title="written after the second restore", text="y")])
         assert engine.count() == len(docs) + 1
     finally:
@@ -464,14 +472,21 @@ def test_an_index_made_before_passages_lists_its_chunks_to_embed(admin, name) ->
 
 def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(admin, name, opensearch_url
                                                                               ) -> None:
-    from indexer.graph import update_graph
+    """A graph that an earlier version stored on the chunks, one of them without `graph.lists`:
+    read from doc values and `_source` (`indices status` counts that chunk) until `graph --force`
+    moves it to the graph index."""
+    from hybridsearch.engines import Neighbors
+    from hybridsearch.engines.opensearch import queries as Q
 
     engine = admin.engine(name)
     engine.write([Document(id="a", title="Newer", text="x", year=1990, cites=["b"]),
                   Document(id="b", title="Older", text="y", year=1980)])
-    update_graph(engine)
-    want = engine.neighbors(["a", "b"])
-    assert want["b"].cited_by == ("a",) and want["a"].cites == ("b",)
+    want = {"a": Neighbors(cites=("b",), pagerank=0.25, authority=0.0),
+            "b": Neighbors(cited_by=("a",), pagerank=0.75, authority=0.5)}
+    assert engine._update(["a", "b"], [{"graph": {k: v for k, v in Q.graph_doc(i, want[i]).items()
+                                                  if k not in ("work_id", "digest")}} for i in ("a", "b")]) == 2
+    engine.set_meta("graph", {"hash": "earlier", "works": 2, "edges": 1, "oriented": 0, "missing": 0,
+                              "dangling": 1, "pagerank_sum": 1.0, "seconds": 0.1})
     # chunk b as a version without `graph.lists` wrote it
     admin.client.update(index=f"{name}-write", id="b", body={"script": "ctx._source.graph.remove('lists')"},
                         params={"refresh": "true"})
@@ -484,8 +499,10 @@ def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(
     assert forced.returncode == 0, forced.stderr
     assert not [w for w in admin.status(name)["warnings"] if "graph.lists" in w]
     with opensearch_requests(engine) as sent:
-        assert engine.neighbors(["a", "b", "missing"]) == want
-    assert [what for what, _ in sent] == ["neighbors"]
+        got = engine.neighbors(["a", "b", "missing"])
+    assert [what for what, _ in sent] == ["neighbors", "read graph"]
+    assert set(got) == {"a", "b"} and got["b"].cited_by == ("a",) and got["a"].cites == ("b",)
+    assert got["b"].pagerank != 0.75  # built now, into the graph index
     engine.close()
 
 

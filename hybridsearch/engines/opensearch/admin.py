@@ -387,16 +387,17 @@ class Admin:
                                    f"running, or one was interrupted (run `hybridsearch indices reindex {name}` again)")
         if live.deleted:
             out["warnings"].append(
-                f"{live.deleted} deleted or replaced copies of chunks (left by updates: the graph build, workers' "
+                f"{live.deleted} deleted or replaced copies of chunks (left by updates: workers' "
                 f"vectors or codes, a re-ingest) still count in BM25's statistics, so scores differ slightly from "
                 f"an index without them; `hybridsearch indices merge {name}` drops them")
         with self.errors("count"):
-            older = int(self.client.count(index=live.index, body={"query": Q.GRAPH_BEFORE_LISTS})["count"])
+            older = 0 if self.client.indices.exists(index=Q.graph_index(name)) else int(
+                self.client.count(index=live.index, body={"query": Q.GRAPH_BEFORE_LISTS})["count"])
         if older:
             out["warnings"].append(
                 f"chunks whose citation graph was written before `graph.lists` existed: {older}; searches read "
                 f"their neighbours from _source (about 0.8 ms more for 5 seeds); `hybridsearch graph --url "
-                f"{self.url} --index {name} --force` rewrites it")
+                f"{self.url} --index {name} --force` moves the graph to its own index")
         running = self._reindex_tasks(name)
         if running:
             out["reindex_running"] = running
@@ -783,7 +784,8 @@ class Admin:
 
     def snapshot_create(self, snapshot: str, repo: str | None = None,
                         names: Sequence[str] | None = None) -> dict[str, Any]:
-        """Snapshot the live version of each logical index (all by default), with its aliases."""
+        """Snapshot the live version of each logical index (all by default), with its aliases and
+        its graph index."""
         check_snapshot_name(snapshot)
         chosen = [self.get(n) for n in names] if names else self.indices()
         if not chosen:
@@ -799,11 +801,13 @@ class Admin:
             # what a restore checks before bringing them back (a faiss field kills a node without
             # the k-NN plugin's native libraries)
             knn = {n: Q.dense_method(mappings[c]["mappings"])[0] for n, c in live.items()}
+            graphs = {n: Q.graph_index(n) for n in live if self.client.indices.exists(index=Q.graph_index(n))}
             wait = self.settings.opensearch_snapshot_timeout
             try:
                 got = self.client.snapshot.create(repository=repo, snapshot=snapshot, body={
-                    "indices": ",".join(live.values()), "include_global_state": False, "ignore_unavailable": False,
-                    "metadata": {"hybridsearch": {"indices": live, "knn_engines": knn}}},
+                    "indices": ",".join([*live.values(), *graphs.values()]), "include_global_state": False,
+                    "ignore_unavailable": False,
+                    "metadata": {"hybridsearch": {"indices": live, "knn_engines": knn, "graphs": graphs}}},
                     params={"wait_for_completion": "true", "request_timeout": wait})
             except opensearchpy.exceptions.ConnectionTimeout:
                 raise EngineError(f"snapshot {snapshot!r} did not finish in {wait:g} s "
@@ -812,14 +816,15 @@ class Admin:
         s = got["snapshot"]
         if s["state"] != "SUCCESS":
             raise EngineError(f"snapshot {snapshot!r} ended {s['state']}: {s.get('failures')}")
-        return {"snapshot": snapshot, "repository": repo, "state": s["state"], "indices": live,
+        return {"snapshot": snapshot, "repository": repo, "state": s["state"], "indices": live, "graphs": graphs,
                 "seconds": s.get("duration_in_millis", 0) / 1000}
 
     def _stored(self, snapshot: str, repo: str, names: Sequence[str] | None, *, state_ok: bool = False
-                ) -> tuple[dict[str, str], dict[str, str], str]:
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, str], str]:
         """{logical index: concrete index} of a successful hybridsearch snapshot (of any state
         with `state_ok`), for `names` (all by default), the k-NN engine of each as recorded
-        (snapshots made before the record: none), and the snapshot's state."""
+        (snapshots made before the record: none), the graph index of each that has one, and the
+        snapshot's state."""
         check_snapshot_name(snapshot)
         with self.errors("read snapshot"):
             got = self.client.snapshot.get(repository=repo, snapshot=snapshot, ignore=404)
@@ -840,7 +845,8 @@ class Admin:
                                          f"holds {', '.join(sorted(stored))}")
             stored = {n: stored[n] for n in names}
         knn = {n: e for n, e in (ours.get("knn_engines") or {}).items() if n in stored and e}
-        return stored, knn, str(snaps[0].get("state"))
+        graphs = {n: g for n, g in (ours.get("graphs") or {}).items() if n in stored}
+        return stored, knn, graphs, str(snaps[0].get("state"))
 
     def snapshot_delete(self, snapshot: str, repo: str | None = None,
                         ask: Callable[[dict[str, str], str], None] | None = None) -> dict[str, Any]:
@@ -849,7 +855,7 @@ class Admin:
         IN_PROGRESS stops it) returns; the repository keeps the files other snapshots share."""
         check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
-        stored, _, state = self._stored(snapshot, repo, None, state_ok=True)
+        stored, _, _, state = self._stored(snapshot, repo, None, state_ok=True)
         if ask is not None:
             ask(stored, state)
         with self.errors("delete snapshot"):  # one IN_PROGRESS is stopped first, which takes a while
@@ -860,7 +866,7 @@ class Admin:
     def restore_conflicts(self, snapshot: str, repo: str | None = None,
                           names: Sequence[str] | None = None) -> list[str]:
         """The existing logical indices a restore of `snapshot` would replace."""
-        stored, _, _ = self._stored(snapshot, self._check_repo(repo), names)
+        stored, _, _, _ = self._stored(snapshot, self._check_repo(repo), names)
         return sorted(ix.name for ix in self.indices() if ix.name in stored)
 
     def snapshot_restore(self, snapshot: str, repo: str | None = None, names: Sequence[str] | None = None,
@@ -875,16 +881,16 @@ class Admin:
         the indices restored before it."""
         check_snapshot_name(snapshot)
         repo = self._check_repo(repo)
-        stored, knn, _ = self._stored(snapshot, repo, names)
+        stored, knn, graphs, _ = self._stored(snapshot, repo, names)
         t0 = time.perf_counter()
         with contextlib.ExitStack() as locks:
             beats = [locks.enter_context(cluster_lock(self.client, self.errors, f"reindex:{name}",
                                                       f"a reindex or restore of {name!r}")) for name in sorted(stored)]
             with _beating(beats, "; the restore had finished by then"):
-                return self._restore(snapshot, repo, stored, knn, replace, t0)
+                return self._restore(snapshot, repo, stored, knn, graphs, replace, t0)
 
-    def _restore(self, snapshot: str, repo: str, stored: dict[str, str], knn: dict[str, str], replace: bool,
-                 t0: float) -> dict[str, Any]:
+    def _restore(self, snapshot: str, repo: str, stored: dict[str, str], knn: dict[str, str],
+                 graphs: dict[str, str], replace: bool, t0: float) -> dict[str, Any]:
         """`snapshot_restore` once it holds the indices' locks."""
         present = {ix.name: ix for ix in self.indices() if ix.name in stored}
         if present and not replace:
@@ -911,7 +917,7 @@ class Admin:
                                   "alias that is not a hybridsearch index to replace; delete or rename it first")
         for name, target in targets.items():
             try:
-                self._restore_one(snapshot, repo, name, stored[name], target, present.get(name))
+                self._restore_one(snapshot, repo, name, stored[name], target, present.get(name), graphs.get(name))
             except BaseException as e:
                 done = f", after {', '.join(f'{k} ({v})' for k, v in restored.items())}" if restored else ""
                 _add_to(e, f"; restoring {name!r} from snapshot {snapshot!r}{done}")
@@ -921,9 +927,12 @@ class Admin:
                 "seconds": time.perf_counter() - t0}
 
     def _restore_one(self, snapshot: str, repo: str, name: str, concrete: str, target: str,
-                     ix: LogicalIndex | None) -> None:
+                     ix: LogicalIndex | None, graph: str | None) -> None:
         """Restore `concrete` from the snapshot as `target` and make it logical index `name`,
-        replacing `ix`'s versions; on failure `target` is deleted and the old versions unblocked."""
+        replacing `ix`'s versions; on failure `target` is deleted and the old versions unblocked.
+        Then the graph index: the snapshot's `graph` replaces the one there, and without one in
+        the snapshot (none built, or built on the chunks) the one there goes with what it was
+        built for."""
         old = [v.index for v in ix.versions] if ix else []
         sent = swap_sent = False
         try:
@@ -960,6 +969,13 @@ class Admin:
             if old:
                 self.client.indices.delete(index=",".join(old))
             apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
+            self.client.indices.delete(index=Q.graph_index(name), ignore=404)
+            if graph is not None:
+                self.client.snapshot.restore(repository=repo, snapshot=snapshot, body={
+                    "indices": graph, "include_aliases": False, "include_global_state": False},
+                    params={"wait_for_completion": "true",
+                            "request_timeout": self.settings.opensearch_snapshot_timeout})
+                self.client.cluster.health(index=graph, wait_for_status="yellow")
 
     def _undo_restore(self, target: str, old: list[str], sent: bool, e: BaseException) -> None:
         """A failed restore: delete `target` and lift the write block from `old`, saying in `e`

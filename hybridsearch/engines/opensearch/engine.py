@@ -308,6 +308,8 @@ class OpenSearchEngine:
         self.dim = DIM
         self.client = make_client(url, s)
         self._ready = False
+        self.graph_index = Q.graph_index(self.index)
+        self._graph_ready = False  # whether the graph index is known to exist
         self._lock = threading.Lock()
         self._hdc_encoder: HdcEncoder | None = None
 
@@ -373,8 +375,8 @@ class OpenSearchEngine:
             self._analysis_checked = True
 
     def drop(self) -> list[str]:
-        """Delete every version of this logical index (and so its aliases) and its index template;
-        returns the indices deleted."""
+        """Delete every version of this logical index (and so its aliases), its graph index and its
+        index template; returns the indices deleted."""
         with self._lock, self._errors("drop index"):
             found = self.client.indices.get(index=f"{self.index}-v*", params={"expand_wildcards": "all"})
             pattern = re.compile(rf"^{re.escape(self.index)}-v\d+$")
@@ -384,15 +386,19 @@ class OpenSearchEngine:
                               == self.index)
             if versions:
                 self.client.indices.delete(index=",".join(versions))
+            if self.client.indices.exists(index=self.graph_index):
+                self.client.indices.delete(index=self.graph_index, ignore=404)
+                versions.append(self.graph_index)
             if self.client.indices.exists_index_template(name=f"hybridsearch-{self.index}"):
                 self.client.indices.delete_index_template(name=f"hybridsearch-{self.index}")
-            self._ready = False
+            self._ready = self._graph_ready = False
             self._hdc_encoder = None
         return versions
 
-    def _search(self, body: dict[str, Any], what: str, **params: Any) -> dict[str, Any]:
+    def _search(self, body: dict[str, Any], what: str, *, index: str | None = None, **params: Any) -> dict[str, Any]:
+        """A search of the read alias, or of the concrete `index` named (the graph index)."""
         with self._errors(what):
-            result: dict[str, Any] = self.client.search(index=self.index, body=body, **params)
+            result: dict[str, Any] = self.client.search(index=index or self.index, body=body, **params)
         return result
 
     def _msearch(self, bodies: Sequence[dict[str, Any]], what: str) -> list[list[dict[str, Any]]]:
@@ -456,9 +462,10 @@ class OpenSearchEngine:
               codes: Sequence[Codes] | None = None, passages: Sequence[np.ndarray] | None = None) -> int:
         """Bulk-index documents; returns how many. Returns when a search can see them (refresh).
         An update without vectors keeps the stored vector and passage vectors while the dense text
-        is unchanged; a chunk keeps its work's citation graph until the next build. What is kept is
-        read from the stored chunk and written back only if nothing changed the chunk in between (a
-        worker's vectors, codes or graph): a chunk changed meanwhile is read and written again."""
+        is unchanged (and, where the graph is still held by the chunks, their work's graph until the
+        next build). What is kept is read from the stored chunk and written back only if nothing
+        changed the chunk in between (a worker's vectors or codes): a chunk changed meanwhile is read
+        and written again."""
         docs = list(docs)
         if not docs:
             return 0
@@ -484,13 +491,14 @@ class OpenSearchEngine:
     def _write_actions(self, docs: list[Document], vecs: np.ndarray | None, code_sets: list[Codes] | None,
                        pas: list[np.ndarray] | None) -> Iterator[dict[str, Any]]:
         """Index actions for `docs`, each conditional on the stored chunk it read (`if_seq_no`), or
-        a `create` for a chunk that did not exist. Kept from the stored chunk: its work's citation
-        graph while it stays in that work, and without new vectors its vector and passage vectors
-        while the dense text is unchanged. A chunk that is new to its work takes the graph the
-        work's other chunks have."""
+        a `create` for a chunk that did not exist. Kept from the stored chunk: without new vectors
+        its vector and passage vectors while the dense text is unchanged. Where the graph is still
+        held by the chunks (built before the graph index), a chunk keeps its work's graph while it
+        stays in that work, and one new to its work takes the graph the work's other chunks have."""
         hashes = [str(hash_text(d.dense_text)) for d in docs]
-        old = self._mget([d.id for d in docs], ["graph", "work_id"] if vecs is not None
-                         else ["graph", "work_id", "dense_hash", "dense", "passages"])
+        on_chunks = not self._graph_exists()
+        old = self._mget([d.id for d in docs], ["work_id", *(["graph"] if on_chunks else []),
+                                                *(["dense_hash", "dense", "passages"] if vecs is None else [])])
         kept: dict[str, dict[str, Any]] = {}
         for d, h in zip(docs, hashes, strict=True):
             o = old[d.id].get("_source", {}) if d.id in old else {}
@@ -499,7 +507,7 @@ class OpenSearchEngine:
                 kept[d.id]["dense"] = o["dense"]
                 if o.get("passages"):
                     kept[d.id]["passages"] = o["passages"]
-        graphless = {d.work_id for d in docs if "graph" not in kept[d.id]}
+        graphless = {d.work_id for d in docs if "graph" not in kept[d.id]} if on_chunks else set()
         graphs = self._work_graphs(graphless) if graphless and Q.meta_value(self._index_meta(), "graph") else {}
         for d in docs:
             if "graph" not in kept[d.id] and d.work_id in graphs:
@@ -518,8 +526,8 @@ class OpenSearchEngine:
         return actions()
 
     def _work_graphs(self, works: set[str]) -> dict[str, dict[str, Any]]:
-        """The stored citation graph of each of these works that the last build saw, from one of
-        its chunks (asked only of an index with a graph built)."""
+        """The citation graph of each of these works that the last build saw, from one of its
+        chunks (asked only of an index whose chunks hold a graph built)."""
         out: dict[str, dict[str, Any]] = {}
         ordered = sorted(works)
         for i in range(0, len(ordered), _PAGE):
@@ -575,14 +583,15 @@ class OpenSearchEngine:
         return [i for i in ids if i in done]
 
     def _bulk(self, actions: Iterable[dict[str, Any]], *, missing_ok: bool = False,
-              conflicts: set[str] | None = None) -> set[str]:
+              conflicts: set[str] | None = None, index: str | None = None) -> set[str]:
         """Bulk requests in chunks by count and bytes, `opensearch_bulk_threads` at a time (the
         node indexes them in parallel while the next chunk is encoded); items rejected with 429
         are sent again with exponential backoff; other per-item failures raise BulkWriteError
         naming ids and reasons (after the rest was written). With `missing_ok` a chunk that is
         not there (404: deleted meanwhile) is no failure; with `conflicts`, the ids of items
         whose condition failed (409) go there instead. Refreshes, so the writes are searchable
-        on return. Returns the ids that succeeded and changed something."""
+        on return. Returns the ids that succeeded and changed something. The actions go to the
+        write alias, or to the concrete `index` named (the graph index)."""
         s = self.settings
         by_id: dict[str, dict[str, Any]] = {}
 
@@ -598,7 +607,7 @@ class OpenSearchEngine:
                     "raise_on_error": False, "raise_on_exception": False,
                     "request_timeout": max(60.0, s.opensearch_timeout),
                     # never auto-create a stray index when the alias has gone (dropped meanwhile)
-                    "params": {"require_alias": "true"}}
+                    "params": {"require_alias": "true"} if index is None else {}}
 
         unreachable: dict[str, str] = {}
         blocked: list[dict[str, Any]] = []
@@ -638,7 +647,7 @@ class OpenSearchEngine:
                                  "still running, or one that was interrupted: see `hybridsearch indices status "
                                  f"{self.index}`)")
             if ok_ids and not unreachable:
-                self.client.indices.refresh(index=self.write_alias)
+                self.client.indices.refresh(index=index or self.write_alias)
         if unreachable:
             raise EngineUnavailableError(f"cannot reach OpenSearch at {self.url} (bulk write): "
                                          f"{next(iter(unreachable.values()))}; {len(unreachable)} of {len(by_id)} "
@@ -1013,23 +1022,56 @@ class OpenSearchEngine:
         return self._hdc_encoder
 
     # -- citation graph -------------------------------------------------------------------------
+    def _graph_exists(self) -> bool:
+        """Whether the graph index exists (once found, not asked again until a drop)."""
+        if not self._graph_ready:
+            with self._errors("look for the graph index"):
+                self._graph_ready = bool(self.client.indices.exists(index=self.graph_index))
+        return self._graph_ready
+
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        """The graph as stored on each chunk (`graph`, written by `set_graph`): from doc values, or
-        from `_source` for a chunk whose graph was written before `graph.lists` existed."""
-        found = {i: Q.neighbors_from_docvalues(f)
-                 for i, f in self._fields(ids, Q.GRAPH_DOCVALUES, "neighbors", docvalues=True).items()}
-        out = {i: nb for i, nb in found.items() if nb is not None}
-        older = [i for i, nb in found.items() if nb is None]
+        """Each chunk's work's graph from the graph index (empty for a work the last build did not
+        see); where the graph is still held by the chunks, from their doc values, or from `_source`
+        for a chunk whose graph was written before `graph.lists` existed."""
+        found = self._work_neighbors(ids)
+        if found is not None:
+            return found
+        on_chunks = {i: Q.neighbors_from_docvalues(f)
+                     for i, f in self._fields(ids, Q.GRAPH_DOCVALUES, "neighbors", docvalues=True).items()}
+        out = {i: nb for i, nb in on_chunks.items() if nb is not None}
+        older = [i for i, nb in on_chunks.items() if nb is None]
         if older:
-            out.update(self._source_neighbors(older))
+            sources = self._fields(older, ["graph"], "neighbors")
+            out.update({i: Q.neighbors_of(src.get("graph")) for i, src in sources.items()})
         return out
 
-    def _source_neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        """The graph of existing chunks from `_source` (which holds the vectors too)."""
-        return {i: Q.neighbors_of(s.get("graph")) for i, s in self._fields(ids, ["graph"], "neighbors").items()}
+    def _work_neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors] | None:
+        """Neighbors of existing chunks from the graph index: their work ids from doc values, then
+        the works' `lists`; None where there is no graph index."""
+        if not self._graph_exists():
+            return None
+        work_of = {i: f["work_id"][0] for i, f in self._fields(ids, ["work_id"], "neighbors", docvalues=True).items()
+                   if f.get("work_id")}
+        works = sorted(set(work_of.values()))
+        graphs: dict[str, Neighbors] = {}
+        for p in range(0, len(works), _PAGE):
+            page = works[p:p + _PAGE]
+            body = {"size": len(page), "query": {"ids": {"values": page}}, "_source": False, "stored_fields": "_none_",
+                    "docvalue_fields": ["work_id", "lists"], "track_total_hits": False}
+            try:
+                hits = self._search(body, "read graph", index=self.graph_index)["hits"]["hits"]
+            except IndexNotFoundError:  # dropped meanwhile
+                self._graph_ready = False
+                return None
+            graphs.update({h["fields"]["work_id"][0]: Q.neighbors_from_docvalues(h["fields"], "") or Neighbors()
+                           for h in hits})
+        return {i: graphs.get(w, Neighbors()) for i, w in work_of.items()}
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
-        """From doc values."""
+        """From the graph index (or, where the graph is still held by the chunks, their doc values)."""
+        found = self._work_neighbors(ids)
+        if found is not None:
+            return {i: nb.authority for i, nb in found.items() if nb.authority is not None}
         return {i: float(f["graph.authority"][0])
                 for i, f in self._fields(ids, ["graph.authority"], "authority", docvalues=True).items()
                 if "graph.authority" in f}
@@ -1048,15 +1090,48 @@ class OpenSearchEngine:
                 sorted(works.items())]
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
-        """Write each chunk's `graph` (a partial update of every chunk; an unchanged one is a noop),
-        then the summary. Each update leaves a soft-deleted copy, which Lucene's BM25 statistics
-        count until the soft-delete retention lets a merge drop it: BM25 scores shift slightly
-        after a first build, as after any re-ingest, until `Admin.merge` (`indices merge`)."""
+        """Write the graph index: the works whose graph changed since the last build (their
+        digests compared), and delete the works no longer in it; then the summary. No chunk is
+        written. The graph index is made at the first build."""
         self.ensure_index()
-        chunks = [(i, s["work_id"]) for i, s in self._scan({"match_all": {}}, ["work_id"])]
-        empty = Neighbors()
-        self._update([i for i, _ in chunks], [Q.graph_source(works.get(w, empty)) for _, w in chunks])
+        if not self._graph_exists():
+            with self._errors("create the graph index"):
+                try:
+                    self.client.indices.create(index=self.graph_index, body=Q.graph_index_body(self.index),
+                                               params={"wait_for_active_shards": "1"})
+                except opensearchpy.exceptions.RequestError as e:
+                    if e.error != "resource_already_exists_exception":  # another process was first
+                        raise
+                self.client.cluster.health(index=self.graph_index, wait_for_status="yellow")
+            self._graph_ready = True
+        stored = self._graph_digests()
+
+        def actions() -> Iterator[dict[str, Any]]:
+            for w, nb in works.items():
+                doc = Q.graph_doc(w, nb)
+                if stored.pop(w, None) != doc["digest"]:
+                    yield {"_op_type": "index", "_index": self.graph_index, "_id": w, "_source": doc}
+            for w in list(stored):
+                yield {"_op_type": "delete", "_index": self.graph_index, "_id": w}
+
+        self._bulk(actions(), missing_ok=True, index=self.graph_index)
         self.set_meta("graph", summary.as_dict())
+
+    def _graph_digests(self) -> dict[str, str]:
+        """{work: digest} of every document of the graph index, from doc values, a page at a time."""
+        out: dict[str, str] = {}
+        after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {"size": _PAGE, "query": {"match_all": {}}, "sort": [{"work_id": "asc"}],
+                                    "_source": False, "stored_fields": "_none_",
+                                    "docvalue_fields": ["work_id", "digest"], "track_total_hits": False}
+            if after is not None:
+                body["search_after"] = after
+            hits = self._search(body, "read graph", index=self.graph_index)["hits"]["hits"]
+            out.update({h["fields"]["work_id"][0]: h["fields"]["digest"][0] for h in hits})
+            if len(hits) < _PAGE:
+                return out
+            after = hits[-1]["sort"]
 
     def graph_summary(self) -> GraphSummary | None:
         return GraphSummary.of(self.get_meta("graph"))

@@ -7,6 +7,7 @@ filter means the same in every channel (and the same as on the embedded engine).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -217,38 +218,62 @@ def info_from_docvalues(fields: Mapping[str, list[Any]]) -> DocInfo | None:
 
 
 # -- citation graph ---------------------------------------------------------------------------
-# A chunk's `graph` holds its work's lists as keywords (for filters and Dashboards) and all of it
-# again in `graph.lists`, JSON as a binary doc value: the query path reads the seeds' lists from
-# there (CACM, 10 chunks: p50 1.9 ms, against 3.2 from `_source`, which holds the vectors). A chunk
-# whose graph was written before `graph.lists` existed is read from `_source`.
+# The graph lives in an index of its own beside the chunk versions, `graph+<index>` ('+' is never
+# in a logical index's name, so it names no logical index, version or alias, and no chunk
+# template's pattern takes it): one document per work, its id the work id, holding the work's lists
+# as keywords (for filters and Dashboards) and all of it again in `lists`, JSON as a binary doc
+# value that the query path reads, with `digest`, which a build compares to write only the works
+# whose graph changed. A build never rewrites a chunk.
+#
+# Before that layout each chunk held its work's graph in `graph` (GRAPH_DOCVALUES); an index
+# built so is read from its chunks until its next build, and a chunk written before
+# `graph.lists` existed from `_source`.
 GRAPH_DOCVALUES = ("graph.lists", "graph.authority")
 # the chunks read from `_source`, for `indices status`
 GRAPH_BEFORE_LISTS = {"bool": {"filter": [{"exists": {"field": "graph.authority"}}],
                                "must_not": [{"exists": {"field": "graph.lists"}}]}}
 
 
-def graph_source(nb: Neighbors) -> dict[str, Any]:
-    """The partial update that stores a chunk's work's neighbours (a work the build did not see
-    has no PageRank or authority: null, as in Neighbors())."""
+def graph_index(index: str) -> str:
+    """The graph index of logical index `index`."""
+    return f"graph+{index}"
+
+
+def graph_index_body(index: str) -> dict[str, Any]:
+    """Settings and mappings of `graph_index(index)`: the chunk template's `graph` fields, the
+    work id and the digest; one shard, no replica, as the chunk indices."""
+    chunks = template("hybridsearch-chunks")["template"]
+    props = {"work_id": {"type": "keyword"}, **chunks["mappings"]["properties"]["graph"]["properties"],
+             "digest": {"type": "keyword", "index": False}}
+    settings = chunks["settings"]["index"]
+    return {"settings": {"index": {k: settings[k] for k in ("number_of_shards", "number_of_replicas")}},
+            "mappings": {"dynamic": "strict", "_meta": {"hybridsearch": {"graph_of": index}}, "properties": props}}
+
+
+def graph_doc(work: str, nb: Neighbors) -> dict[str, Any]:
+    """A work's document in the graph index (a work the build did not see has no PageRank or
+    authority: null, as in Neighbors())."""
     g = {"cites": list(nb.cites), "cited_by": list(nb.cited_by), "cocited": list(nb.cocited),
          "pagerank": nb.pagerank, "authority": nb.authority}
-    lists = base64.b64encode(json.dumps(g, separators=(",", ":")).encode("utf-8")).decode("ascii")
-    return {"graph": {**g, "lists": lists}}
+    raw = json.dumps(g, separators=(",", ":")).encode("utf-8")
+    return {"work_id": work, **g, "lists": base64.b64encode(raw).decode("ascii"),
+            "digest": hashlib.sha256(raw).hexdigest()[:32]}
 
 
 def neighbors_of(graph: Mapping[str, Any] | None) -> Neighbors:
-    """Neighbors from a chunk's `graph` (empty without one)."""
+    """Neighbors from a graph document, or a chunk's `graph` (empty without one)."""
     if not graph:
         return Neighbors()
     return Neighbors(tuple(graph.get("cites", [])), tuple(graph.get("cited_by", [])),
                      tuple(graph.get("cocited", [])), graph.get("pagerank"), graph.get("authority"))
 
 
-def neighbors_from_docvalues(fields: Mapping[str, list[Any]]) -> Neighbors | None:
-    """Neighbors from a hit's GRAPH_DOCVALUES; None for a chunk whose graph predates `graph.lists`."""
-    if "graph.lists" in fields:
-        return neighbors_of(json.loads(binary_docvalue(fields, "graph.lists")))
-    return None if "graph.authority" in fields else Neighbors()
+def neighbors_from_docvalues(fields: Mapping[str, list[Any]], prefix: str = "graph.") -> Neighbors | None:
+    """Neighbors from a hit's doc values: a graph document's `lists` (prefix ""), or a chunk's
+    GRAPH_DOCVALUES; None for a chunk whose graph predates `graph.lists`."""
+    if f"{prefix}lists" in fields:
+        return neighbors_of(json.loads(binary_docvalue(fields, f"{prefix}lists")))
+    return None if f"{prefix}authority" in fields else Neighbors()
 
 
 # -- filters ----------------------------------------------------------------------------------
