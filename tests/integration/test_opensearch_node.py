@@ -358,7 +358,8 @@ class TestLocalNode:
         admin.repo_add("faiss-check")
         made = admin.snapshot_create("lucene-snap", "faiss-check", ["on-lucene"])
         meta = admin.client.snapshot.get(repository="faiss-check", snapshot="lucene-snap")["snapshots"][0]["metadata"]
-        assert meta["hybridsearch"] == {"indices": made["indices"], "knn_engines": {"on-lucene": "lucene"}}
+        assert meta["hybridsearch"] == {"indices": made["indices"], "knn_engines": {"on-lucene": "lucene"},
+                                        "graphs": {}}  # no graph built, so no graph index
         admin.client.snapshot.create(repository="faiss-check", snapshot="faiss-snap", body={
             "indices": "on-lucene-v1", "include_global_state": False, "metadata": {"hybridsearch": {
                 "indices": {"on-lucene": "on-lucene-v1"}, "knn_engines": {"on-lucene": "faiss"}}}},
