@@ -410,7 +410,7 @@ def test_citation_graph(engine) -> None:
         with opensearch_requests(engine) as sent:
             assert engine.neighbors(["a", "b", "c", "missing"]) == nb
         assert [what for what, _ in sent] == ["neighbors", "read graph"], sent
-        assert sent[1][1][0]["docvalue_fields"] == ["work_id", "lists"], sent
+        assert sent[1][1][0]["docvalue_fields"] == ["id", "lists"], sent
     assert update_graph(engine) == (summary, False)
 
     engine.write([Document(id="d", title="Tychonoff theorem", text="Products of compact spaces are compact.",

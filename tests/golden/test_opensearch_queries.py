@@ -135,8 +135,8 @@ def test_a_works_graph_document_and_its_binary_doc_value() -> None:
 
     nb = Neighbors(("b", "ä\"\\x"), ("😀",), ("c", "a"), 0.1 + 0.2, 1 / 3)
     g = Q.graph_doc("w1", nb)
-    assert {k: g[k] for k in ("work_id", "cites", "cited_by", "cocited")} == {
-        "work_id": "w1", "cites": ["b", "ä\"\\x"], "cited_by": ["😀"], "cocited": ["c", "a"]}
+    assert {k: g[k] for k in ("id", "cites", "cited_by", "cocited")} == {
+        "id": "w1", "cites": ["b", "ä\"\\x"], "cited_by": ["😀"], "cocited": ["c", "a"]}
     served = g["lists"].rstrip("=")
     assert served != g["lists"]  # this one has padding to restore
     assert Q.neighbors_from_docvalues({"lists": [served], "authority": [0.33]}, "") == nb
@@ -154,7 +154,7 @@ def test_a_works_graph_document_and_its_binary_doc_value() -> None:
     # the graph index: named so that no logical index, version, alias or template can take it
     body = Q.graph_index_body("cacm")
     assert Q.graph_index("cacm") == "graph+cacm" and body["mappings"]["_meta"]["hybridsearch"]["graph_of"] == "cacm"
-    assert set(body["mappings"]["properties"]) == {"work_id", "cites", "cited_by", "cocited", "pagerank",
+    assert set(body["mappings"]["properties"]) == {"id", "cites", "cited_by", "cocited", "pagerank",
                                                    "authority", "lists", "digest"}
 
 

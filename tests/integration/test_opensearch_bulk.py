@@ -203,7 +203,7 @@ def test_a_graph_held_by_the_chunks_is_read_from_them_until_the_next_build(opens
            "b": Neighbors(cited_by=("a",), pagerank=0.75, authority=0.5)}
 
     def on_chunk(nb: Neighbors) -> dict[str, object]:
-        g = {k: v for k, v in Q.graph_doc("-", nb).items() if k not in ("work_id", "digest")}
+        g = {k: v for k, v in Q.graph_doc("-", nb).items() if k not in ("id", "digest")}
         return {"graph": g}
 
     assert engine._update(["a", "b"], [on_chunk(old["a"]), on_chunk(old["b"])]) == 2

@@ -484,7 +484,7 @@ def test_a_graph_written_before_its_doc_value_is_read_from_source_until_rebuilt(
     want = {"a": Neighbors(cites=("b",), pagerank=0.25, authority=0.0),
             "b": Neighbors(cited_by=("a",), pagerank=0.75, authority=0.5)}
     assert engine._update(["a", "b"], [{"graph": {k: v for k, v in Q.graph_doc(i, want[i]).items()
-                                                  if k not in ("work_id", "digest")}} for i in ("a", "b")]) == 2
+                                                  if k not in ("id", "digest")}} for i in ("a", "b")]) == 2
     engine.set_meta("graph", {"hash": "earlier", "works": 2, "edges": 1, "oriented": 0, "missing": 0,
                               "dangling": 1, "pagerank_sum": 1.0, "seconds": 0.1})
     # chunk b as a version without `graph.lists` wrote it

@@ -140,9 +140,9 @@ class DenseIndex:
         return faiss.downcast_index(self._index.index).nlist if self.mode == IVF else 0
 
     def _new_index(self, mat: np.ndarray) -> faiss.Index:
-        """An empty index for the vectors `mat`: exact up to `exact_max`, else IVF trained on them
-        (on every core; the k-means sample is fixed by a seed, so a build repeats)."""
-        if len(mat) <= self.exact_max:
+        """An empty index in `self.mode` for the vectors `mat`: exact, or IVF trained on them (on
+        every core; the k-means sample is fixed by a seed, so a build repeats)."""
+        if self.mode == EXACT:
             return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
         nlist = ivf_lists(len(mat))
         ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dim), self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -179,7 +179,7 @@ class DenseIndex:
             labels, mat = _last_of_each(labels, np.ascontiguousarray(mat, dtype=np.float32).reshape(len(labels), -1))
             held = np.flatnonzero(_lookup(self._vid_of, labels))
             if len(held):
-                old = np.vstack([self._index.reconstruct(int(v)) for v in self._vid_of[labels[held]]])
+                old = np.vstack(list(self.vectors(labels[held].tolist()).values()))
                 same = held[(old == mat[held]).all(axis=1)]
                 if len(same):
                     keep = np.ones(len(labels), dtype=bool)
@@ -228,8 +228,8 @@ class DenseIndex:
         vids, mat = vids[live], mat[live]
         if adding is not None:
             vids, mat = np.concatenate([vids, adding[0]]), np.concatenate([mat, adding[1]])
-        index = self._new_index(mat)
         self.mode = EXACT if len(mat) <= self.exact_max else IVF
+        index = self._new_index(mat)
         self._add(index, mat, vids)
         self._index = index
         labels = self._label_of[vids]
@@ -332,11 +332,14 @@ class DenseIndex:
         return dict(zip(found, sims.tolist(), strict=True))
 
     # -- persistence (a checkpoint; the journal replays whatever came after it) -----------------
-    @staticmethod
-    def fits(state: list[int], dim: int) -> bool:
+    _FORMAT = 2  # checkpoints without a format held an exact or an HNSW index
+
+    @classmethod
+    def fits(cls, state: list[int], dim: int) -> bool:
         """Whether a checkpoint's state (seq, next vid, mode, dim[, format]) is one `load` takes
-        for `dim`: format 2 (mode EXACT or IVF), or an older one without a format (EXACT or HNSW)."""
-        return (len(state) == 4 and state[2] in (EXACT, HNSW) or len(state) == 5 and state[4] == 2) \
+        for `dim`: this _FORMAT (mode EXACT or IVF), or an older one without a format (EXACT or
+        HNSW)."""
+        return (len(state) == 4 and state[2] in (EXACT, HNSW) or len(state) == 5 and state[4] == cls._FORMAT) \
             and state[3] == dim
 
     def save(self, path: Path) -> None:
@@ -347,7 +350,8 @@ class DenseIndex:
                        vid_of=np.stack([live, self._vid_of[live]], axis=1),
                        label_of=np.stack([kept, self._label_of[kept]], axis=1),
                        tombstones=np.array(sorted(self._tombstones), dtype=np.int64),
-                       state=np.array([self.applied_seq, self._next_vid, self.mode, self.dim, 2], dtype=np.int64),
+                       state=np.array([self.applied_seq, self._next_vid, self.mode, self.dim, self._FORMAT],
+                                      dtype=np.int64),
                        store=np.frombuffer(self.store_id.encode(), dtype=np.uint8))
 
     @classmethod

@@ -694,12 +694,13 @@ class OpenSearchEngine:
             out.update({d["_id"]: d for d in got["docs"] if d.get("found")})
         return out
 
-    def _fields(self, ids: Sequence[str], includes: Sequence[str], what: str, *, docvalues: bool = False
-                ) -> dict[str, dict[str, Any]]:
-        """Chosen fields of existing chunks by an ids search. From `_source`: on the query path it
-        costs about half an mget, which is realtime and rebuilds each chunk's derived source. With
-        `docvalues`, from doc values, each field as a list: no stored field is read, which is what
-        a `_source` read mostly costs here (it holds the vectors), about 3 ms for 100 chunks
+    def _fields(self, ids: Sequence[str], includes: Sequence[str], what: str, *, docvalues: bool = False,
+                index: str | None = None) -> dict[str, dict[str, Any]]:
+        """Chosen fields of existing chunks (or of the documents of the concrete `index` named: the
+        graph index, whose `id` is the work id) by an ids search. From `_source`: on the query path
+        it costs about half an mget, which is realtime and rebuilds each chunk's derived source.
+        With `docvalues`, from doc values, each field as a list: no stored field is read, which is
+        what a `_source` read mostly costs here (it holds the vectors), about 3 ms for 100 chunks
         against about 30."""
         out: dict[str, dict[str, Any]] = {}
         ids = _possible_ids(ids)
@@ -707,7 +708,8 @@ class OpenSearchEngine:
                  else {"_source": list(includes), "track_total_hits": False})
         for i in range(0, len(ids), _PAGE):
             page = ids[i:i + _PAGE]
-            hits = self._search({"size": len(page), "query": {"ids": {"values": page}}, **fetch}, what)["hits"]["hits"]
+            hits = self._search({"size": len(page), "query": {"ids": {"values": page}}, **fetch}, what,
+                                index=index)["hits"]["hits"]
             out.update({Q.hit_id(h): h["fields"] for h in hits} if docvalues
                        else {h["_id"]: h.get("_source", {}) for h in hits})
         return out
@@ -761,10 +763,11 @@ class OpenSearchEngine:
             return int(self.client.count(index=self.index, body={"query": query})["count"])
 
     def _scan(self, query: dict[str, Any], includes: Sequence[str] | None, limit: int | None = None, *,
-              docvalues: Sequence[str] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Every matching chunk's (id, source), in id order (search_after on the id field). No
-        `includes` (an empty sequence): ids alone, from doc values, each with the `docvalues`
-        fields asked for (lists, as a hit's `fields`) instead of a source."""
+              docvalues: Sequence[str] = (), index: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every matching chunk's (id, source), in id order (search_after on the id field), or every
+        matching document's of the concrete `index` named (the graph index). No `includes` (an
+        empty sequence): ids alone, from doc values, each with the `docvalues` fields asked for
+        (lists, as a hit's `fields`) instead of a source."""
         after: list[Any] | None = None
         seen = 0
         ids_only = includes is not None and not includes
@@ -776,7 +779,7 @@ class OpenSearchEngine:
                                     "track_total_hits": False, **(by_id if ids_only else {"_source": source})}
             if after is not None:
                 body["search_after"] = after
-            hits = self._search(body, "scan")["hits"]["hits"]
+            hits = self._search(body, "scan", index=index)["hits"]["hits"]
             for h in hits:
                 yield (Q.hit_id(h), h["fields"]) if ids_only else (h["_id"], h.get("_source", {}))
             seen += len(hits)
@@ -1052,19 +1055,13 @@ class OpenSearchEngine:
             return None
         work_of = {i: f["work_id"][0] for i, f in self._fields(ids, ["work_id"], "neighbors", docvalues=True).items()
                    if f.get("work_id")}
-        works = sorted(set(work_of.values()))
-        graphs: dict[str, Neighbors] = {}
-        for p in range(0, len(works), _PAGE):
-            page = works[p:p + _PAGE]
-            body = {"size": len(page), "query": {"ids": {"values": page}}, "_source": False, "stored_fields": "_none_",
-                    "docvalue_fields": ["work_id", "lists"], "track_total_hits": False}
-            try:
-                hits = self._search(body, "read graph", index=self.graph_index)["hits"]["hits"]
-            except IndexNotFoundError:  # dropped meanwhile
-                self._graph_ready = False
-                return None
-            graphs.update({h["fields"]["work_id"][0]: Q.neighbors_from_docvalues(h["fields"], "") or Neighbors()
-                           for h in hits})
+        try:
+            found = self._fields(sorted(set(work_of.values())), ["lists"], "read graph", docvalues=True,
+                                 index=self.graph_index)
+        except IndexNotFoundError:  # dropped meanwhile
+            self._graph_ready = False
+            return None
+        graphs = {w: Q.neighbors_from_docvalues(f, "") or Neighbors() for w, f in found.items()}
         return {i: graphs.get(w, Neighbors()) for i, w in work_of.items()}
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
@@ -1118,20 +1115,9 @@ class OpenSearchEngine:
         self.set_meta("graph", summary.as_dict())
 
     def _graph_digests(self) -> dict[str, str]:
-        """{work: digest} of every document of the graph index, from doc values, a page at a time."""
-        out: dict[str, str] = {}
-        after: list[Any] | None = None
-        while True:
-            body: dict[str, Any] = {"size": _PAGE, "query": {"match_all": {}}, "sort": [{"work_id": "asc"}],
-                                    "_source": False, "stored_fields": "_none_",
-                                    "docvalue_fields": ["work_id", "digest"], "track_total_hits": False}
-            if after is not None:
-                body["search_after"] = after
-            hits = self._search(body, "read graph", index=self.graph_index)["hits"]["hits"]
-            out.update({h["fields"]["work_id"][0]: h["fields"]["digest"][0] for h in hits})
-            if len(hits) < _PAGE:
-                return out
-            after = hits[-1]["sort"]
+        """{work: digest} of every document of the graph index, from doc values."""
+        return {w: f["digest"][0] for w, f in self._scan({"match_all": {}}, (), docvalues=["digest"],
+                                                          index=self.graph_index)}
 
     def graph_summary(self) -> GraphSummary | None:
         return GraphSummary.of(self.get_meta("graph"))

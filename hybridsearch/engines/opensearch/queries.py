@@ -220,7 +220,7 @@ def info_from_docvalues(fields: Mapping[str, list[Any]]) -> DocInfo | None:
 # -- citation graph ---------------------------------------------------------------------------
 # The graph lives in an index of its own beside the chunk versions, `graph+<index>` ('+' is never
 # in a logical index's name, so it names no logical index, version or alias, and no chunk
-# template's pattern takes it): one document per work, its id the work id, holding the work's lists
+# template's pattern takes it): one document per work, its `id` (as a chunk's) the work id, holding the work's lists
 # as keywords (for filters and Dashboards) and all of it again in `lists`, JSON as a binary doc
 # value that the query path reads, with `digest`, which a build compares to write only the works
 # whose graph changed. A build never rewrites a chunk.
@@ -240,10 +240,11 @@ def graph_index(index: str) -> str:
 
 
 def graph_index_body(index: str) -> dict[str, Any]:
-    """Settings and mappings of `graph_index(index)`: the chunk template's `graph` fields, the
-    work id and the digest; one shard, no replica, as the chunk indices."""
+    """Settings and mappings of `graph_index(index)`: the chunk template's `graph` fields, `id`
+    (the work id: read and scanned by id as chunks are) and the digest; one shard, no replica, as
+    the chunk indices."""
     chunks = template("hybridsearch-chunks")["template"]
-    props = {"work_id": {"type": "keyword"}, **chunks["mappings"]["properties"]["graph"]["properties"],
+    props = {"id": chunks["mappings"]["properties"]["id"], **chunks["mappings"]["properties"]["graph"]["properties"],
              "digest": {"type": "keyword", "index": False}}
     settings = chunks["settings"]["index"]
     return {"settings": {"index": {k: settings[k] for k in ("number_of_shards", "number_of_replicas")}},
@@ -256,7 +257,7 @@ def graph_doc(work: str, nb: Neighbors) -> dict[str, Any]:
     g = {"cites": list(nb.cites), "cited_by": list(nb.cited_by), "cocited": list(nb.cocited),
          "pagerank": nb.pagerank, "authority": nb.authority}
     raw = json.dumps(g, separators=(",", ":")).encode("utf-8")
-    return {"work_id": work, **g, "lists": base64.b64encode(raw).decode("ascii"),
+    return {"id": work, **g, "lists": base64.b64encode(raw).decode("ascii"),
             "digest": hashlib.sha256(raw).hexdigest()[:32]}
 
 
