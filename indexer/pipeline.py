@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import pickle
@@ -141,14 +142,16 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
            encoder: Encoder | None = None, hdc: bool = True, graph: bool = True, progress: bool = True,
            batch_size: int = BATCH) -> IngestSummary:
     """Index a corpus. Each batch is HDC-encoded (and embedded, with an encoder) before it is
-    written, so an acknowledged document is searchable in every channel at once; then, with
-    `graph`, the citation graph is brought up to date. A work is replaced whole: its chunks that
-    the new version no longer has are deleted. A record whose id is a chunk of another work in the
-    index is rejected. A chunk stored with a vector for the text it brings keeps that vector (it is
-    not embedded again). A run that rewrote every chunk of the index (with HDC codes) records this
-    version's analysis rules for it (ANALYSIS_RULES). An input with no record accepted is a
-    ValidationError saying why. `path` may instead be Python objects: Documents, or mappings as
-    the lines of a JSONL file (named "objects" and their place, from 1, in errors)."""
+    written, so an acknowledged document is searchable in every channel at once (other processes
+    reading an embedded index see it by the next BM25 commit of the bulk load, seconds, and all
+    of it when this returns); then, with `graph`, the citation graph is brought up to date. A work
+    is replaced whole: its chunks that the new version no longer has are deleted. A record whose
+    id is a chunk of another work in the index is rejected. A chunk stored with a vector for the
+    text it brings keeps that vector (it is not embedded again). A run that rewrote every chunk of
+    the index (with HDC codes) records this version's analysis rules for it (ANALYSIS_RULES). An
+    input with no record accepted is a ValidationError saying why. `path` may instead be Python
+    objects: Documents, or mappings as the lines of a JSONL file (named "objects" and their place,
+    from 1, in errors)."""
     hdc_encoder = _binary(engine).hdc_encoder() if hdc else None
     if encoder is not None:
         claim_encoder(engine, encoder, "the index")
@@ -174,6 +177,9 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
         bar.refresh()
 
     ahead = HdcAhead.start(hdc_encoder, total, batch_size)
+    if isinstance(engine, DerivedIndexes):
+        engine.bulk = True  # committed by the checkpoint below, or by close
+    gc.freeze()  # the objects alive before the load (modules, caches) are not scanned again and again
     try:
         for raw, seen, coded in ahead.batches(_work_batches(docs, batch_size), report):
             records = seen - done
@@ -210,8 +216,11 @@ def ingest(engine: Engine, path: Path | Iterable[Document | Mapping[str, Any]], 
             e.args = (e._render(),)
         raise
     finally:
+        gc.unfreeze()
         ahead.close()
         bar.close()
+        if isinstance(engine, DerivedIndexes):
+            engine.bulk = False
     summary.loaded, summary.rejected = report.loaded, report.rejected
     if not summary.indexed:  # loaded records may still be rejected, their ids being other works' chunks
         why = (f"every record was rejected ({len(report.rejected)}; first: {report.rejected[0]})" if report.rejected
@@ -295,7 +304,7 @@ class HdcAhead:
         if ticket is not None and self._helper is not None:
             _log.warning("the HDC helper process ended; encoding HDC codes in this process")
             self.close()
-        return {d.id: self.encoder.encode_document(d) for d in batch}
+        return dict(zip([d.id for d in batch], self.encoder.encode_documents(batch), strict=True))
 
     def close(self) -> None:
         if self._helper is not None:
@@ -394,7 +403,8 @@ def _helper_main() -> None:
             ticket, texts = pickle.load(inp)
         except EOFError:
             return
-        answer = [(encoder.encode_analysed(tokens), tokens) for tokens in map(encoder.analyse_texts, texts)]
+        tokens = [encoder.analyse_texts(t) for t in texts]
+        answer = list(zip(encoder.encode_analysed(tokens), tokens, strict=True))
         pickle.dump((ticket, answer), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
@@ -733,7 +743,7 @@ def encode_hdc_missing(engine: Engine, *, progress: bool = True) -> int:
     for i in tqdm(range(0, len(missing), BATCH), desc="hdc", unit="batch",
                   disable=not progress or len(missing) < BATCH, leave=False):
         chunk = missing[i:i + BATCH]
-        engine.set_codes([d.id for _, d in chunk], [enc.encode_document(d) for _, d in chunk])
+        engine.set_codes([d.id for _, d in chunk], enc.encode_documents([d for _, d in chunk]))
     return len(missing)
 
 
@@ -742,13 +752,13 @@ def encode_hdc_ids(target: str, ids: Sequence[str], *, index: str | None = None)
     stores vectors (through the engine for a URL, into the journal for a directory)."""
     def through_engine(engine: Engine, docs: list[Document]) -> None:
         enc = _binary(engine).hdc_encoder()
-        engine.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs])
+        engine.set_codes([d.id for d in docs], enc.encode_documents(docs))
 
     def into_store(store: Store, docs: list[Document]) -> None:
         analyzer = default_analyzer()  # as the engine would: refused when the index has another lexicon
         check_lexicon(store.get_meta("lexicon"), analyzer, target)
         enc = HdcEncoder(analyzer, **store.hdc_options())
-        store.set_codes([d.id for d in docs], [enc.encode_document(d) for d in docs], only_missing=True)
+        store.set_codes([d.id for d in docs], enc.encode_documents(docs), only_missing=True)
 
     return _derive_at(target, ids, index, "codes", through_engine, into_store)
 

@@ -40,7 +40,7 @@ def copy_corpus(dataset: Path, source: Engine, dest: Engine, *, batch: int = 500
         vecs = source.vectors([d.id for d in chunk])
         passages = source.passage_vectors([d.id for d in chunk])
         with_vec = [d for d in chunk if d.id in vecs]
-        codes = {d.id: enc.encode_document(d) for d in chunk}
+        codes = dict(zip([d.id for d in chunk], enc.encode_documents(chunk), strict=True))
         t = time.perf_counter()
         for part in ([d for d in with_vec if d.id in passages], [d for d in with_vec if d.id not in passages]):
             if part:

@@ -36,7 +36,6 @@ def random_hv(key: str) -> np.ndarray:
 
 
 TIE_BREAK = random_hv("__tie_break__")
-_TIE_BITS = np.unpackbits(TIE_BREAK).astype(bool)
 
 
 def bind(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -57,10 +56,15 @@ def bit_counts(vectors: np.ndarray) -> np.ndarray:
 def majority(counts: np.ndarray, n: int, tie: str | None = None) -> np.ndarray:
     """Packed majority vector from per-bit counts over n inputs; ties take the bits of
     random_hv(tie), or TIE_BREAK's when no `tie` key is given."""
-    twice = 2 * counts
-    if tie is None or n % 2:
-        return np.packbits((twice > n) | ((twice == n) & _TIE_BITS))
-    return np.packbits(twice > n) | (np.packbits(twice == n) & _tie_bytes(tie))
+    tie_bytes = TIE_BREAK if tie is None or n % 2 else _tie_bytes(tie)
+    return majority_rows(counts[None], np.array([n]), tie_bytes[None])[0]
+
+
+def majority_rows(counts: np.ndarray, n: np.ndarray, ties: np.ndarray) -> np.ndarray:
+    """Packed majority vectors, a row each: per-bit counts (rows, DIM) over n[row] inputs, a tied
+    bit taking the bit of that row's packed tie vector `ties` (rows, NBYTES)."""
+    twice, n = 2 * counts, np.asarray(n)[:, None]
+    return np.packbits(twice > n, axis=1) | (np.packbits(twice == n, axis=1) & ties)
 
 
 def _tie_bytes(key: str) -> np.ndarray:

@@ -21,14 +21,15 @@ fields present on both sides (default weights topic 0.35, claim 0.35, role 0.20,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsearch.analysis import Analyzer, default_analyzer
-from hybridsearch.hdc.algebra import NBYTES, _hv_bytes, bit_counts, majority, random_hv
+from hybridsearch.hdc.algebra import NBYTES, TIE_BREAK, _hv_bytes, _tie_bytes, bit_counts, majority, random_hv
 from hybridsearch.models import Document
 
 FIELDS: tuple[str, ...] = ("topic", "claim", "role", "acts")
@@ -81,6 +82,27 @@ def document_texts(doc: Document) -> tuple[str | None, ...]:
     return tuple(getattr(doc, DOC_FIELD[f]) for f in FIELDS)
 
 
+_VOCAB_MAX = 1 << 18  # token vectors kept in a documents' encoder's table (128 MB), emptied past it
+
+
+class _Vocab(dict[str, int]):
+    """Token -> its row in `table`, the tokens' packed hypervectors; a token met for the first
+    time is given the next row (its vector from `vector_of`)."""
+
+    def __init__(self, vector_of: Callable[[str], bytes]) -> None:
+        super().__init__()
+        self._vector_of = vector_of
+        self.table = np.zeros((1024, NBYTES), dtype=np.uint8)
+
+    def __missing__(self, token: str) -> int:
+        row = len(self)
+        if row == len(self.table):
+            self.table = np.concatenate([self.table, np.zeros_like(self.table)])
+        self.table[row] = np.frombuffer(self._vector_of(token), dtype=np.uint8)
+        self[token] = row
+        return row
+
+
 class HdcEncoder:
     def __init__(self, analyzer: Analyzer | None = None, *, ngrams: bool = False, ties: str = "content") -> None:
         if ties not in TIES:
@@ -90,18 +112,24 @@ class HdcEncoder:
         self.ties = ties
         self._keys = {f: random_hv(f"field:{f}") for f in FIELDS}
         self._key_bits = {f: np.unpackbits(k).astype(bool) for f, k in self._keys.items()}
+        self._key_matrix = np.vstack([self._key_bits[f] for f in FIELDS]).astype(np.uint8)
         self._token_cache: dict[str, bytes] = {}
+        self._vocab = _Vocab(self._token_vector)
+        self._vocab_lock = threading.Lock()
+
+    def _token_vector(self, token: str) -> bytes:
+        """The token's hypervector: its random HV, or the bundle of its 3-grams' HVs."""
+        if not self.ngrams:
+            return _hv_bytes("tok:" + token)
+        padded = f"#{token}#"
+        grams = [padded[i:i + 3] for i in range(max(len(padded) - 2, 1))]
+        mat = np.frombuffer(b"".join(_hv_bytes("gram:" + g) for g in grams), dtype=np.uint8)
+        tie = "tie:#" + token if self.ties == "content" else None
+        return majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams), tie).tobytes()
 
     def _token_bytes(self, token: str) -> bytes:
-        """The token's hypervector (cached): its random HV, or the bundle of its 3-grams' HVs."""
-        if self.ngrams:
-            padded = f"#{token}#"
-            grams = [padded[i:i + 3] for i in range(max(len(padded) - 2, 1))]
-            mat = np.frombuffer(b"".join(_hv_bytes("gram:" + g) for g in grams), dtype=np.uint8)
-            tie = "tie:#" + token if self.ties == "content" else None
-            value = majority(bit_counts(mat.reshape(-1, NBYTES)), len(grams), tie).tobytes()
-        else:
-            value = _hv_bytes("tok:" + token)
+        """The token's hypervector, cached for encode_tokens."""
+        value = self._token_vector(token)
         if len(self._token_cache) > 500_000:
             self._token_cache.clear()
         self._token_cache[token] = value
@@ -122,23 +150,47 @@ class HdcEncoder:
         return majority(counts, n, tie)
 
     def encode_document(self, doc: Document) -> dict[str, np.ndarray]:
-        return self.encode_texts(document_texts(doc))
+        return self.encode_documents([doc])[0]
 
-    def encode_texts(self, texts: Sequence[str | None]) -> dict[str, np.ndarray]:
-        """The codes of a document's FIELDS texts (document_texts); an empty field has none."""
-        return self.encode_analysed(self.analyse_texts(texts))
+    def encode_documents(self, docs: Sequence[Document]) -> list[dict[str, np.ndarray]]:
+        """The codes of each document's FIELDS (an empty field has none)."""
+        return self.encode_analysed([self.analyse_texts(document_texts(d)) for d in docs])
 
     def analyse_texts(self, texts: Sequence[str | None]) -> list[list[str] | None]:
         """Each of a document's FIELDS texts analysed (None for an empty one)."""
         return [self.analyzer.analyze(t) if t else None for t in texts]
 
-    def encode_analysed(self, tokens: Sequence[Sequence[str] | None]) -> dict[str, np.ndarray]:
-        """The codes of a document's FIELDS texts, analysed."""
-        out = {}
-        for f, toks in zip(FIELDS, tokens, strict=True):
-            code = self.encode_tokens(f, list(toks)) if toks else None
-            if code is not None:
-                out[f] = code
+    def encode_analysed(self, docs: Sequence[Sequence[Sequence[str] | None]]) -> list[dict[str, np.ndarray]]:
+        """The codes of documents' FIELDS texts, analysed (analyse_texts): the codes encode_tokens
+        gives field by field, the votes of all the documents' fields counted in one compiled pass."""
+        from hybridsearch.hdc.kernel import bind_and_bundle  # numba, compiled (or loaded) on first use
+
+        out: list[dict[str, np.ndarray]] = [{} for _ in docs]
+        with self._vocab_lock:
+            if len(self._vocab) > _VOCAB_MAX:
+                self._vocab.clear()
+            ids: list[int] = []
+            starts, fields, ties = [0], [], []
+            for tokens in docs:
+                for f, toks in enumerate(tokens):
+                    if not toks:
+                        continue
+                    distinct = dict.fromkeys(toks)
+                    ids.extend(map(self._vocab.__getitem__, distinct))
+                    starts.append(len(ids))
+                    fields.append(f)
+                    content = self.ties == "content" and len(distinct) % 2 == 0
+                    ties.append(_tie_bytes("tie:" + "\x1f".join(sorted(distinct))) if content else TIE_BREAK)
+            if not fields:
+                return out
+            codes = bind_and_bundle(self._vocab.table, np.array(ids), np.array(starts), np.array(fields),
+                                    self._key_matrix, np.vstack(ties))
+        row = 0
+        for d, tokens in enumerate(docs):
+            for f, toks in enumerate(tokens):
+                if toks:
+                    out[d][FIELDS[f]] = codes[row]
+                    row += 1
         return out
 
     def encode_query(self, text: str, *, role: str | None = None, acts: str | None = None) -> dict[str, np.ndarray]:

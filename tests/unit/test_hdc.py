@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError as PydanticValidationError
 
 from hybridsearch.hdc import (
+    FIELDS,
     DIM,
     TIE_BREAK,
     HdcEncoder,
@@ -149,3 +150,29 @@ def test_character_trigrams_bring_spelling_variants_together() -> None:
     sim_grams = similarity(grams.encode_query(a)["topic"], grams.encode_query(b)["topic"])
     # the misspelt token shares most of its 3-grams: its field score is well above the one shared token's
     assert field_score(sim_grams) > 1.3 * field_score(sim_plain) > 0
+
+
+@pytest.mark.parametrize(("ngrams", "ties"), [(False, "content"), (True, "content"), (False, "fixed")])
+def test_documents_encoded_together_get_the_codes_of_each_field_alone(ngrams: bool, ties: str) -> None:
+    """The compiled pass over a batch's fields gives, bit for bit, the codes encode_tokens gives
+    field by field: odd and even token counts (ties), repeated tokens, empty fields, a field of
+    600 distinct tokens (vote lanes emptied every 255), more tokens than the table first holds."""
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(3000)]
+    docs: list[list[list[str] | None]] = []
+    for n in range(60):
+        doc: list[list[str] | None] = []
+        for _ in FIELDS:
+            size = int(rng.integers(0, 12)) if n % 3 else int(rng.integers(0, 600))
+            doc.append([str(w) for w in rng.choice(words, size)] or None)
+        docs.append(doc)
+    docs.append([None, None, None, None])
+    docs[0][1] = [f"x{i}" for i in range(600)]
+    enc = HdcEncoder(ngrams=ngrams, ties=ties)
+    together = enc.encode_analysed(docs)
+    for doc, codes in zip(docs, together, strict=True):
+        alone = {f: enc.encode_tokens(f, toks) for f, toks in zip(FIELDS, doc, strict=True) if toks}
+        assert codes.keys() == alone.keys()
+        for f, code in codes.items():
+            assert np.array_equal(code, alone[f]), f
+    assert together[-1] == {}
