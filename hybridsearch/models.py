@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 import pydantic
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -69,6 +70,11 @@ def check_finite(value: Any, path: str = "") -> None:
 def check_unicode(value: Any) -> None:
     """Reject text that is not valid Unicode (a lone surrogate, which JSON's \\ud800 escapes can
     make) anywhere inside a JSON-like value, keys included: no engine can store it as UTF-8."""
+    try:
+        orjson.dumps(value)  # a C pass that refuses surrogates (and what it cannot write: then the walk)
+        return
+    except (TypeError, orjson.JSONEncodeError):
+        pass
     for at, v in _leaves(value):
         if isinstance(v, str):
             try:

@@ -338,9 +338,12 @@ class Neighborhood(Protocol):
 class DerivedIndexes(Protocol):
     """An engine that derives indexes from its store itself (the embedded engine's vector
     indexes): `checkpoint` brings them up to date on disk, and long work on them (replaying the
-    journal, building an HNSW graph) reports to `progress` while it is set."""
+    journal, building an HNSW graph) reports to `progress` while it is set. While `bulk` is set
+    (a long load), a write's lexical changes may wait for a later commit (seconds) before other
+    processes see them; this process sees them at once, and `checkpoint` commits them."""
 
     progress: Progress | None
+    bulk: bool
 
     def checkpoint(self) -> None:
         """Bring every derived index up to date and save it, so that the next open replays little."""

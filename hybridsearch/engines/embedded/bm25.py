@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ _APPLIED = "applied.json"
 # what the index holds, besides its schema: 2 = empty scored fields hold the placeholder token,
 # 3 = the joined field `title_text`
 _FORMAT = 3
+_COMMIT_DOCS = 16_384  # pending changes that make `apply` commit
+_COMMIT_S = 5.0  # seconds after which `apply` commits its pending changes
 
 
 def _schema() -> tantivy.Schema:
@@ -81,6 +84,8 @@ class Bm25Index:
         except ValueError as e:
             raise EngineError(f"cannot open BM25 index {path}: {e}") from e
         self._lengths: tuple[int, dict[str, float]] | None = None
+        self._pending = 0  # changes applied and not committed
+        self._pending_since: float | None = None  # when the first of them was applied
         self._read_applied()
 
     def _fresh(self) -> tantivy.Index:
@@ -96,6 +101,7 @@ class Bm25Index:
             self.index = self._fresh()
             self._writer = self.index.writer(heap_size=64_000_000, num_threads=1)
             self.applied_seq, self.fields_present, self._lengths = 0, set(), None
+            self._pending, self._pending_since = 0, None
             self.rebuilt = why
 
     def stale(self) -> bool:
@@ -126,8 +132,13 @@ class Bm25Index:
         self._lengths = None
         self._read_applied()
 
-    def apply(self, upserts: Mapping[int, Document], deletes: Sequence[str], seq: int) -> None:
-        """Apply changes idempotently (delete by id, then add), commit, then record `seq`."""
+    def apply(self, upserts: Mapping[int, Document], deletes: Sequence[str], seq: int, *,
+              defer: bool = False) -> None:
+        """Apply changes idempotently (delete by id, then add) up to journal `seq`, commit, then
+        record `seq`. With `defer` the commit waits until _COMMIT_DOCS changes or _COMMIT_S seconds
+        are pending, or anything reads this index (`flush`): a commit costs about as much as
+        indexing a thousand documents, so a bulk load commits every few batches instead of every
+        one. What a crash loses uncommitted is replayed from the journal past the recorded seq."""
         if self._writer is None:
             raise EngineError("the BM25 index is read-only in this process (another owns it)")
         with self._lock:
@@ -136,11 +147,27 @@ class Bm25Index:
                 w.delete_documents_by_term("id", id_)
             for label, d in upserts.items():
                 w.add_document(self._to_tantivy(label, d))
-            w.commit()
-            if self.index is not None:
-                self.index.reload()
-            self._lengths = None
-            self._record(seq)
+            self.applied_seq = seq
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+            self._pending += len(deletes) + len(upserts)
+            if not defer or self._pending >= _COMMIT_DOCS or time.monotonic() - self._pending_since >= _COMMIT_S:
+                self._commit()
+
+    def flush(self) -> None:
+        """Commit what `apply` left pending (a no-op when nothing is)."""
+        with self._lock:
+            if self._pending_since is not None:
+                self._commit()
+
+    def _commit(self) -> None:
+        assert self._writer is not None
+        self._writer.commit()
+        if self.index is not None:
+            self.index.reload()
+        self._lengths = None
+        self._pending, self._pending_since = 0, None
+        self._record(self.applied_seq)
 
     def skip_to(self, seq: int) -> None:
         """Record that the journal up to `seq` holds nothing this index takes (vectors, codes), so
@@ -148,7 +175,10 @@ class Bm25Index:
         if self._writer is None:
             raise EngineError("the BM25 index is read-only in this process (another owns it)")
         with self._lock:
-            self._record(seq)
+            if self._pending_since is not None:
+                self.applied_seq = seq  # recorded with the pending changes' commit
+            else:
+                self._record(seq)
 
     def _record(self, seq: int) -> None:
         """Write the record of what is applied (atomically: readers watch it)."""
@@ -183,6 +213,7 @@ class Bm25Index:
     def search(self, terms: Sequence[tuple[str, float]], fields: Mapping[str, float], k: int,
                filters: Filters | None, mode: Bm25Mode, tie_breaker: float) -> tuple[list[int], list[float]]:
         """Top-k (labels, scores). `terms` are analyzed tokens with query weights."""
+        self.flush()
         if self.index is None or not terms or k <= 0:
             return [], []
         Q, schema = tantivy.Query, self.schema
@@ -231,6 +262,7 @@ class Bm25Index:
     def doc_freq(self, term: str) -> int:
         """The max document frequency of `term` over the fields of BM25_FIELD_WEIGHTS (a joined
         field would count its parts' documents again)."""
+        self.flush()
         if self.index is None:
             return 0
         s = self.index.searcher()
@@ -239,6 +271,7 @@ class Bm25Index:
     def field_stats(self) -> tuple[int, dict[str, float]]:
         """(documents, average token count per scored field over all documents), as tantivy's BM25
         counts them; cached until the next commit is seen."""
+        self.flush()
         if self.index is None:
             return 0, {}
         searcher = self.index.searcher()
@@ -250,14 +283,18 @@ class Bm25Index:
         return self._lengths
 
     def field_doc_freq(self, field: str, term: str) -> int:
+        self.flush()
         return 0 if self.index is None else int(self.index.searcher().doc_freq(field, term))
 
     def num_docs(self) -> int:
+        self.flush()
         return 0 if self.index is None else self.index.searcher().num_docs
 
     def close(self) -> None:
         with self._lock:
             if self._writer is not None:
+                if self._pending_since is not None:
+                    self._commit()
                 self._writer.wait_merging_threads()
                 self._writer = None
 

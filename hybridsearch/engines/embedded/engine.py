@@ -49,6 +49,7 @@ from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 _log = logging.getLogger("hybridsearch")
 _CHECKPOINT_EVERY = 20_000  # journal entries applied to a vector index before it is saved again (at least)
 _PAGE = 50_000  # journal entries read and applied at a time
+_INFO_MAX = 200_000  # DocInfo kept in memory (doc_info), dropped all at once past it
 _DUE_DENSE = 1000  # changes past the dense checkpoint that an ingest's end or a close saves (at least)
 VectorIndex = DenseIndex | CodeIndex
 Rows = tuple[np.ndarray, np.ndarray]  # labels, and their vectors or codes as the rows of a matrix
@@ -184,6 +185,7 @@ class EmbeddedEngine:
         self._loaded: dict[str, VectorIndex] = {}
         self._unsaved: dict[str, int] = {}  # labels each open vector index changed since its last save
         self.progress: Progress | None = None  # long work on the vector indexes reports here
+        self.bulk = False  # a long load: BM25 commits every few batches (DerivedIndexes)
         # the seq first: a commit between the two reads is then replayed by the catch-up, not missed
         self._seen_seq = self.store.max_seq()
         self._hdc_encoder: HdcEncoder | None = None
@@ -207,9 +209,12 @@ class EmbeddedEngine:
             self._data_version = version
             self._catch_up()
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, written: tuple[int, Sequence[Document]] | None = None) -> None:
         """Apply the journal past what each derived index holds, a page at a time: BM25 takes
-        upserts and deletes, each open vector index the operations that change it."""
+        upserts and deletes, each open vector index the operations that change it. `written`:
+        (first seq, documents) of a write just made, whose upserts took the seqs from `first` on in
+        the documents' order: BM25 takes those documents as they are instead of reading them back."""
+        first, mine = written if written is not None else (0, ())
         start = min([self.bm25_index.applied_seq, self._seen_seq]
                     + [idx.applied_seq for idx in self._loaded.values()])
         for entries in self.store.journal_pages(start, _PAGE):
@@ -221,9 +226,13 @@ class EmbeddedEngine:
             if self.owner:
                 todo = [e for e in entries if e.seq > self.bm25_index.applied_seq and e.op in ("upsert", "delete")]
                 if todo:
-                    touched = {e.label: e.id for e in todo}
-                    docs = self.store.docs_by_label(list(touched))
-                    self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last)
+                    latest = {e.label: e for e in todo}
+                    docs = {lb: mine[e.seq - first] for lb, e in latest.items()
+                            if e.op == "upsert" and 0 <= e.seq - first < len(mine)}
+                    docs |= self.store.docs_by_label([lb for lb in latest if lb not in docs])
+                    touched = {lb: e.id for lb, e in latest.items()}
+                    self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last,
+                                          defer=self.bulk)
                 elif last > self.bm25_index.applied_seq:  # nothing BM25 indexes changed: recorded, so
                     self.bm25_index.skip_to(last)  # that no later catch-up or open reads these again
             for name, index in self._loaded.items():
@@ -288,10 +297,12 @@ class EmbeddedEngine:
         replay: those that reach the index's `due` and a tenth of its size (a checkpoint is written
         whole, so an update costs what it changes), or any change where there is no checkpoint
         load would take. One not open is opened, caught up, saved and let go, one at a time; the
-        changes left unsaved are replayed from the journal when the index next opens."""
+        changes left unsaved are replayed from the journal when the index next opens. The BM25
+        index commits what it holds pending, for other processes to read."""
         with self._lock:
             if not self.owner:
                 return
+            self.bm25_index.flush()
             for name, spec in self._specs.items():
                 index = self._loaded.get(name)
                 seq = saved_seq(spec.kind, spec.path, spec.dim, self.store.store_id)
@@ -317,8 +328,11 @@ class EmbeddedEngine:
         if codes is not None:
             codes = check_codes(codes, len(docs))
         with self._lock:
-            self.store.write(docs, vectors, self.model, codes, passages)
-            self._catch_up()
+            first, _ = self.store.write(docs, vectors, self.model, codes, passages)
+            self._catch_up(written=(first, docs))
+            if len(self._info) + len(docs) > _INFO_MAX:
+                self._info.clear()
+            self._info.update((d.id, DocInfo.of(d)) for d in docs)  # as doc_info would read them back
             return len(docs)
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None,
@@ -456,7 +470,7 @@ class EmbeddedEngine:
         self.refresh()
         missing = [i for i in ids if i not in self._info]
         if missing:
-            if len(self._info) > 200_000:
+            if len(self._info) > _INFO_MAX:
                 self._info.clear()
             for id_, d in self.store.docs_by_id(missing).items():
                 self._info[id_] = DocInfo.of(d)

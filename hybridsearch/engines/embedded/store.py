@@ -9,9 +9,8 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -60,8 +59,7 @@ def norm_key(value: str) -> str:
     return value.strip().lower()
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):
     seq: int
     op: str  # "upsert" | "delete" | "vector" | "hdc"
     id: str
@@ -165,42 +163,61 @@ class Store:
     # -- writes -------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str,
               codes: Sequence[Mapping[str, np.ndarray]] | None = None,
-              passages: Sequence[np.ndarray] | None = None) -> int:
+              passages: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
         """Upsert chunks (with their vectors, passage vectors and HDC codes when given) in one
-        transaction; returns the last journal seq. An updated chunk written without codes loses its
-        stale codes."""
+        transaction, a statement per table for the whole batch; returns the journal seqs the batch
+        took (first, last: one `upsert` each, in the docs' order). An updated chunk written without
+        codes loses its stale codes. `docs` have distinct ids."""
+        code_rows = None if codes is None else [_code_row(c) for c in codes]
         with self._transaction() as c:
-            for i, d in enumerate(docs):
+            held = {id_: (label, dense_hash) for id_, label, dense_hash in c.execute(
+                "SELECT c.id, c.label, c.dense_hash FROM json_each(?) j JOIN chunks c ON c.id = j.value",
+                (json.dumps([d.id for d in docs]),))}
+            # labels are never reused (AUTOINCREMENT): a new chunk takes the next after the highest
+            # ever given, which the explicit insert records in sqlite_sequence as AUTOINCREMENT does
+            top = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'chunks'").fetchone()
+            top = max(int(top[0]) if top else 0, int(c.execute("SELECT max(label) FROM chunks").fetchone()[0] or 0))
+            labels, new, updated, lost_vectors = [], [], [], []
+            for d in docs:
                 dense_hash = str(hash_text(d.dense_text))
-                row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (d.id,)).fetchone()
                 values = (d.work_id, d.chunk_no, d.model_dump_json(exclude_defaults=True), dense_hash,
                           _ym(d), _opt(d.kind), _opt(d.license), d.source)
+                row = held.get(d.id)
                 if row is None:
-                    cur = c.execute(
-                        "INSERT INTO chunks(id, work_id, chunk_no, doc, dense_hash, ym, kind, license,"
-                        " source) VALUES (?,?,?,?,?,?,?,?,?)", (d.id, *values))
-                    label = int(cur.lastrowid or 0)
+                    top += 1
+                    labels.append(top)
+                    new.append((top, d.id, *values))
                 else:
-                    label = row[0]
-                    c.execute("UPDATE chunks SET work_id=?, chunk_no=?, doc=?, dense_hash=?, ym=?,"
-                              " kind=?, license=?, source=? WHERE label=?", (*values, label))
-                    c.execute("DELETE FROM chunk_subjects WHERE label=?", (label,))
-                    c.execute("DELETE FROM chunk_cites WHERE label=?", (label,))
+                    labels.append(row[0])
+                    updated.append((*values, row[0]))
                     if vectors is None and row[1] != dense_hash:
-                        c.execute("DELETE FROM vectors WHERE label=?", (label,))
-                c.executemany("INSERT OR IGNORE INTO chunk_subjects VALUES (?,?)",
-                              [(label, norm_key(s)) for s in d.subjects])
-                c.executemany("INSERT OR IGNORE INTO chunk_cites VALUES (?,?)", [(label, t) for t in d.cites])
-                if vectors is not None:
-                    c.execute("INSERT OR REPLACE INTO vectors VALUES (?,?,?,?)",
-                              (label, model, vectors[i].astype(np.float32).tobytes(),
-                               None if passages is None else _blob(passages[i])))
-                if codes is not None:
-                    c.execute("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)", (label, *_code_row(codes[i])))
-                elif row is not None:
-                    c.execute("DELETE FROM hdc WHERE label=?", (label,))
-                c.execute("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)", (d.id, label))
-            return int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0)
+                        lost_vectors.append((row[0],))
+            c.executemany("INSERT INTO chunks(label, id, work_id, chunk_no, doc, dense_hash, ym, kind, license,"
+                          " source) VALUES (?,?,?,?,?,?,?,?,?,?)", new)
+            if updated:
+                c.executemany("UPDATE chunks SET work_id=?, chunk_no=?, doc=?, dense_hash=?, ym=?, kind=?,"
+                              " license=?, source=? WHERE label=?", updated)
+                gone = [(u[-1],) for u in updated]
+                c.executemany("DELETE FROM chunk_subjects WHERE label=?", gone)
+                c.executemany("DELETE FROM chunk_cites WHERE label=?", gone)
+                c.executemany("DELETE FROM vectors WHERE label=?", lost_vectors)
+                if code_rows is None:
+                    c.executemany("DELETE FROM hdc WHERE label=?", gone)
+            c.executemany("INSERT OR IGNORE INTO chunk_subjects VALUES (?,?)",
+                          [(label, norm_key(s)) for label, d in zip(labels, docs, strict=True) for s in d.subjects])
+            c.executemany("INSERT OR IGNORE INTO chunk_cites VALUES (?,?)",
+                          [(label, t) for label, d in zip(labels, docs, strict=True) for t in d.cites])
+            if vectors is not None:
+                c.executemany("INSERT OR REPLACE INTO vectors VALUES (?,?,?,?)",
+                              [(label, model, vectors[i].astype(np.float32).tobytes(),
+                                None if passages is None else _blob(passages[i])) for i, label in enumerate(labels)])
+            if code_rows is not None:
+                c.executemany("INSERT OR REPLACE INTO hdc VALUES (?,?,?,?,?)",
+                              [(label, *row) for label, row in zip(labels, code_rows, strict=True)])
+            c.executemany("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)",
+                          [(d.id, label) for label, d in zip(labels, docs, strict=True)])
+            last = int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0)
+            return last - len(docs) + 1, last
 
     def delete(self, ids: Iterable[str]) -> list[str]:
         deleted: list[str] = []
@@ -267,7 +284,7 @@ class Store:
         """The journal past `seq`, in order (at most `limit` entries; -1: all)."""
         rows = self._read().execute("SELECT seq, op, id, label FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
                                     (seq, limit)).fetchall()
-        return [JournalEntry(*r) for r in rows]
+        return list(map(JournalEntry._make, rows))
 
     def journal_pages(self, seq: int, size: int) -> Iterator[list[JournalEntry]]:
         """The journal past `seq` in pages of at most `size` entries (one page in memory at a time)."""
