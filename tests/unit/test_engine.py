@@ -3,6 +3,7 @@ other threads and processes. The shared behaviour is in tests/contract/."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -74,6 +75,32 @@ def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "200"]
     owner.close()
+
+
+def test_a_bulk_load_commits_bm25_later_and_loses_nothing_uncommitted(tmp_path) -> None:
+    """In a bulk load BM25 holds a write's changes until enough are pending: this process finds
+    them at once, another process once they are committed (the checkpoint); a process that ends
+    without committing leaves them to the journal, and the next owner replays them."""
+    path = tmp_path / "idx"
+    reader = ("from hybridsearch.engines.embedded import EmbeddedEngine as E; "
+              f"e = E({str(path)!r}); print(e.owner, len(e.bm25('filler', k=1000).ids))")
+    with EmbeddedEngine(path) as owner:
+        owner.bulk = True
+        owner.write([Document(id=f"n{i}", title="filler", text="x") for i in range(30)])
+        seen_elsewhere = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, check=True)
+        assert seen_elsewhere.stdout.split() == ["False", "0"]
+        assert len(owner.bm25("filler", k=1000).ids) == 30  # a read here commits first
+        owner.write([Document(id=f"m{i}", title="filler", text="x") for i in range(20)])
+        owner.checkpoint()
+        seen_elsewhere = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, check=True)
+        assert seen_elsewhere.stdout.split() == ["False", "50"]
+    crash = ("import os; from hybridsearch.engines.embedded import EmbeddedEngine as E; from hybridsearch.models "
+             f"import Document as D; e = E({str(path)!r}); e.bulk = True; "
+             "e.write([D(id=f'k{i}', title='filler', text='x') for i in range(25)]); os._exit(0)")
+    subprocess.run([sys.executable, "-c", crash], check=True)
+    assert json.loads((path / "bm25" / "applied.json").read_text())["seq"] == 50  # the 25 were not committed
+    with EmbeddedEngine(path) as e:
+        assert len(e.bm25("filler", k=1000).ids) == 75
 
 
 def test_other_threads_never_see_a_batch_before_it_commits(tmp_path) -> None:
