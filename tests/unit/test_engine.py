@@ -43,6 +43,33 @@ def test_ivf_above_the_exact_threshold(tmp_path) -> None:
         assert e.knn(vecs[5], 1).ids == ["d5"] and e.stats().details["dense_mode"] == "ivf"
 
 
+def test_an_empty_vector_index_loads_the_stored_rows_and_trains_once(tmp_path, monkeypatch, caplog) -> None:
+    """Past _LOAD_WHOLE journal entries to replay, an empty vector index is filled from the rows the
+    store holds: the dense one built once, as IVF, its lists trained once on all the vectors; the
+    HDC ones hold every code; entries written after the load still apply."""
+    import logging
+
+    from hybridsearch.engines.embedded import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "_LOAD_WHOLE", 50)
+    monkeypatch.setattr(engine_module, "_PAGE", 100)  # replayed a page at a time, it would train at 101 and 512
+    n = 1200
+    vecs = unit_vectors(n, seed=5)
+    docs = [Document(id=f"d{i}", title=f"doc {i}", text=f"filler {i}") for i in range(n)]
+    with EmbeddedEngine(tmp_path / "idx", exact_max=100) as e:
+        for lo in range(0, n, 300):
+            part = docs[lo:lo + 300]
+            e.write(part, vecs[lo:lo + 300], codes=e.hdc_encoder().encode_documents(part))
+        with caplog.at_level(logging.INFO, logger="hybridsearch"):
+            assert e.knn(vecs[7], 1).ids == ["d7"]
+        assert e.stats().details["dense_mode"] == "ivf"
+        assert sum("training" in r.getMessage() for r in caplog.records) == 1
+        codes = e.hdc_encoder().encode_document(docs[9])
+        assert e.hamming(codes, k=1)["claim"].ids == ["d9"]
+        e.delete(["d7"])
+        assert "d7" not in e.knn(vecs[7], 5).ids
+
+
 def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:
     path = tmp_path / "idx"
     owner = EmbeddedEngine(path)

@@ -117,6 +117,7 @@ class DenseIndex:
         self.dim = dim
         self.exact_max = exact_max
         self.nprobe = nprobe  # IVF lists a search scans
+        self.deferred = False  # a bulk load under way: additions wait for `settle` to change the mode or lists
         self.applied_seq = 0
         self.progress: Progress | None = None
         self._lock = threading.RLock()
@@ -195,11 +196,23 @@ class DenseIndex:
             self._label_of = _fit(self._label_of, self._next_vid)
             self._label_of[vids] = labels
             self._live += len(labels)
-            if (self.mode == EXACT and self._live > self.exact_max) or \
-                    (self.mode == IVF and ivf_lists(self._live) >= 2 * self._lists()):
+            if self._outgrown() and not self.deferred:
                 self._rebuild(adding=(vids, mat))
             else:
                 self._add(self._index, mat, vids)
+
+    def _outgrown(self) -> bool:
+        """Whether the live vectors call for another mode, or for twice the IVF lists."""
+        return (self.mode == EXACT and self._live > self.exact_max) or \
+            (self.mode == IVF and ivf_lists(self._live) >= 2 * self._lists())
+
+    def settle(self) -> None:
+        """End a bulk load (`deferred`): the index built once in the mode (and with the lists)
+        that all its vectors call for, its k-means sample drawn from all of them."""
+        with self._lock:
+            self.deferred = False
+            if self._outgrown():
+                self._rebuild()
 
     def remove(self, labels: Sequence[int] | np.ndarray) -> None:
         with self._lock:

@@ -49,6 +49,7 @@ from hybridsearch.scoring import bm25_idf, document_tokens, rescore_bm25, unzip
 _log = logging.getLogger("hybridsearch")
 _CHECKPOINT_EVERY = 20_000  # journal entries applied to a vector index before it is saved again (at least)
 _PAGE = 50_000  # journal entries read and applied at a time
+_LOAD_WHOLE = 100_000  # journal entries to replay past which an empty vector index loads the stored rows instead
 _INFO_MAX = 200_000  # DocInfo kept in memory (doc_info), dropped all at once past it
 _DUE_DENSE = 1000  # changes past the dense checkpoint that an ingest's end or a close saves (at least)
 VectorIndex = DenseIndex | CodeIndex
@@ -65,6 +66,7 @@ class _Spec(NamedTuple):
     due: int  # changes past its checkpoint that an ingest's end or a close saves (at least; a tenth of its size)
     open: Callable[[], VectorIndex]
     fetch: Callable[[list[int]], Rows]  # its rows by label
+    page: Callable[[int, int], Rows]  # its rows past a label, in label order, at most so many
 
 
 def _checkpoint_rows(spec: _Spec) -> int:
@@ -175,13 +177,13 @@ class EmbeddedEngine:
         self._specs: dict[str, _Spec] = {"dense": _Spec(
             dense, DenseIndex, self.dim, frozenset({"upsert", "delete", "vector"}), _DUE_DENSE,
             partial(DenseIndex.load, dense, self.dim, exact_max, nprobe=get_settings().dense_nprobe,
-                    store_id=store_id, max_seq=self.store.max_seq), self.store.vector_rows)}
+                    store_id=store_id, max_seq=self.store.max_seq), self.store.vector_rows, self.store.vector_page)}
         for f in HDC_FIELDS:
             path = self.path / f"hdc_{f}.npz"
             self._specs[f"hdc:{f}"] = _Spec(
                 path, CodeIndex, HDC_DIM, frozenset({"upsert", "delete", "hdc"}), _CHECKPOINT_EVERY,
                 partial(CodeIndex.load, path, HDC_DIM, store_id=store_id, max_seq=self.store.max_seq),
-                partial(self.store.code_rows, field=f))
+                partial(self.store.code_rows, field=f), partial(self.store.code_page, field=f))
         self._loaded: dict[str, VectorIndex] = {}
         self._unsaved: dict[str, int] = {}  # labels each open vector index changed since its last save
         self.progress: Progress | None = None  # long work on the vector indexes reports here
@@ -272,8 +274,11 @@ class EmbeddedEngine:
             self._unsaved[name] = 0
             # the entries before the first this index takes are passed over unread (after a million
             # vectors were added, an HDC index's checkpoint lies behind a million entries it ignores)
+            spec = self._specs[name]
             top = self.store.max_seq()
-            first = self.store.first_since(index.applied_seq, self._specs[name].ops)
+            if not len(index) and self.store.count_since(index.applied_seq, spec.ops, _LOAD_WHOLE) >= _LOAD_WHOLE:
+                self._load_whole(name, index, top)
+            first = self.store.first_since(index.applied_seq, spec.ops)
             index.applied_seq = max(index.applied_seq, top if first is None else min(top, first - 1))
             for entries in self.store.journal_pages(index.applied_seq, _PAGE):
                 self._apply(name, index, entries)
@@ -281,6 +286,31 @@ class EmbeddedEngine:
                              max(self._seen_seq, entries[-1].seq))
             self._loaded[name] = index
             return index
+
+    def _load_whole(self, name: str, index: VectorIndex, top: int) -> None:
+        """Fill an empty vector index with the rows the store holds, in label order, instead of
+        replaying the journal up to `top` (read before): each row is read once, however many
+        entries wrote it (a chunk's document, then its vector), and a dense index is built once, in
+        the mode and with the IVF lists all of them call for. Rows written past `top` come again
+        with the entries after it, which change nothing they already hold."""
+        spec = self._specs[name]
+        dense = index if isinstance(index, DenseIndex) else None
+        after, loaded, total = 0, 0, max(1, self.store.label_span("hdc" if dense is None else "vectors"))
+        if dense is not None:
+            dense.deferred = True
+        try:
+            while True:
+                labels, rows = spec.page(after, _PAGE)
+                if not len(labels):
+                    break
+                index.upsert(labels, rows)
+                self._unsaved[name] += len(labels)
+                after, loaded = int(labels[-1]), loaded + len(labels)
+                self._report(f"{name} index: loading the stored rows", min(loaded, total), total)
+        finally:
+            if dense is not None:
+                dense.settle()
+        index.applied_seq = max(index.applied_seq, top)
 
     def _report(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:

@@ -325,11 +325,7 @@ class Store:
 
     def _matrix(self, sql: str, labels: Sequence[int], dtype: type) -> tuple[np.ndarray, np.ndarray]:
         """(labels found, their blobs as the rows of one matrix) for `sql` selecting label, blob."""
-        rows = list(self._rows_in(sql, labels))
-        found = np.array([r[0] for r in rows], dtype=np.int64)
-        mat: np.ndarray = np.frombuffer(b"".join(r[1] for r in rows), dtype=dtype).reshape(len(rows), -1) if rows \
-            else np.zeros((0, 0), dtype=dtype)
-        return found, mat
+        return _as_matrix(list(self._rows_in(sql, labels)), dtype)
 
     def vector_rows(self, labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """(labels that have a vector, their vectors as rows)."""
@@ -341,6 +337,29 @@ class Store:
             raise ValueError(f"unknown HDC field {field!r}")
         sql = f"SELECT label, {field} FROM hdc WHERE label IN ({{marks}}) AND {field} IS NOT NULL"
         return self._matrix(sql, labels, np.uint8)
+
+    def vector_page(self, after: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, vectors) of the first `limit` vectors past label `after`, in label order."""
+        return self._matrix_page("SELECT label, vec FROM vectors WHERE label > ? ORDER BY label LIMIT ?",
+                                 after, limit, np.float32)
+
+    def code_page(self, after: int, limit: int, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, codes of `field`) of the first `limit` chunks with one past label `after`."""
+        if field not in HDC_FIELDS:
+            raise ValueError(f"unknown HDC field {field!r}")
+        return self._matrix_page(f"SELECT label, {field} FROM hdc WHERE label > ? AND {field} IS NOT NULL "
+                                 "ORDER BY label LIMIT ?", after, limit, np.uint8)
+
+    def _matrix_page(self, sql: str, after: int, limit: int, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+        return _as_matrix(self._read().execute(sql, (after, limit)).fetchall(), dtype)
+
+    def label_span(self, table: str) -> int:
+        """Labels from the lowest to the highest of `table` (vectors or hdc): about how many rows
+        it holds, read from its key alone (a count would read every row)."""
+        if table not in ("vectors", "hdc"):
+            raise ValueError(f"unknown table {table!r}")
+        lo, hi = self._read().execute(f"SELECT min(label), max(label) FROM {table}").fetchone()
+        return 0 if lo is None else int(hi) - int(lo) + 1
 
     def labels_of(self, ids: Sequence[str]) -> dict[int, str]:
         """{label: id} of the chunks among `ids` that the store holds."""
@@ -499,6 +518,14 @@ HDC_FIELDS = ("topic", "claim", "role", "acts")
 _READ_MMAP = 1 << 30  # bytes of the store a read connection maps (address space, not memory)
 # what makes a row `x` of a derived table complete: a chunk's vector comes with its passage vectors
 _COMPLETE = {"vectors": "x.passages IS NOT NULL", "hdc": "1"}
+
+
+def _as_matrix(rows: list[tuple[Any, ...]], dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, blobs as the rows of one matrix) of (label, blob) rows."""
+    labels = np.array([r[0] for r in rows], dtype=np.int64)
+    mat: np.ndarray = np.frombuffer(b"".join(r[1] for r in rows), dtype=dtype).reshape(len(rows), -1) if rows \
+        else np.zeros((0, 0), dtype=dtype)
+    return labels, mat
 
 
 def _blob(passages: np.ndarray) -> bytes:
