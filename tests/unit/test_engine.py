@@ -68,6 +68,8 @@ def test_an_empty_vector_index_loads_the_stored_rows_and_trains_once(tmp_path, m
         assert e.hamming(codes, k=1)["claim"].ids == ["d9"]
         e.delete(["d7"])
         assert "d7" not in e.knn(vecs[7], 5).ids
+    # an index that holds nothing (no chunk has a role) is saved too: the next open loads nothing again
+    assert (tmp_path / "idx" / "hdc_role.npz").exists() and (tmp_path / "idx" / "hdc_acts.npz").exists()
 
 
 def test_concurrent_readers_while_the_owner_writes(tmp_path) -> None:

@@ -311,6 +311,7 @@ class EmbeddedEngine:
             if dense is not None:
                 dense.settle()
         index.applied_seq = max(index.applied_seq, top)
+        self._unsaved[name] += 1  # saved even when it holds nothing (no chunk has a role code): loaded once
 
     def _report(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:
