@@ -103,8 +103,8 @@ class Settings(BaseSettings):
     exact_dense_max: int = Field(default=200_000, ge=0, description="vectors an embedded index searches "
                                  "exactly before it switches to inverted lists (IVF)")
     dense_nprobe: int = Field(default=64, ge=1, le=65_536, description="inverted lists an embedded IVF search "
-                              "scans, of 2,048 at 200k vectors and 4,096 at 1M (bench/scale.py at 1M clustered "
-                              "vectors: recall@10 1.000 at 64, 0.99 at 8; p50 1.8 ms at 64, 0.8 ms at 16)")
+                              "scans, of 1,024 at 200k vectors and 2,048 at 1M (bench/scale.py at 1M clustered "
+                              "vectors, 4,096 lists: recall@10 1.000 at 64, 0.99 at 8; p50 1.8 ms at 64)")
     torch_threads: int | None = Field(default=None, ge=1, description="threads of the encoder, torch and ONNX "
                                       "Runtime alike (default: the cores this process may run on)")
 

@@ -292,7 +292,7 @@ def test_a_reloaded_ivf_checkpoint_with_a_tombstoned_newest_label_rebuilds(tmp_p
     index.remove([5000])
     index.save(tmp_path / "dense.npz")
     again = DenseIndex.load(tmp_path / "dense.npz", 16, 100)
-    assert again.rebuilt is None and again.mode == IVF and again._lists() == index._lists() == 128
+    assert again.rebuilt is None and again.mode == IVF and again._lists() == index._lists() == 64
     assert again.search(vecs[1150], 1, None) == index.search(vecs[1150], 1, None)
     again.remove(list(range(1, 1100)))  # past a fifth: rebuilt
     assert not again._tombstones and len(again) == 100
@@ -312,7 +312,7 @@ def test_ivf_recall_lists_and_a_regrown_index() -> None:
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     index = DenseIndex(48, exact_max=1000)
     index.upsert(np.arange(1, 20_001), vecs)
-    assert index.mode == IVF and index._lists() == ivf_lists(20_000) == 512
+    assert index.mode == IVF and index._lists() == ivf_lists(20_000) == 256
 
     def recall(probe: int) -> float:
         index.nprobe = probe
@@ -325,7 +325,7 @@ def test_ivf_recall_lists_and_a_regrown_index() -> None:
     assert recall(64) >= 0.98 and recall(1) < recall(64)
     index.nprobe = 64
     index.upsert(np.arange(20_001, 70_001), np.repeat(vecs, 3, axis=0)[:50_000])
-    assert len(index) == 70_000 and index._lists() == ivf_lists(70_000) == 1024
+    assert len(index) == 70_000 and index._lists() == ivf_lists(70_000) == 512
     assert index.search(vecs[7], 1, None)[1][0] > 0.9999
 
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError as PydanticValidationError
 
 from hybridsearch.hdc import (
-    FIELDS,
     DIM,
+    FIELDS,
     TIE_BREAK,
     HdcEncoder,
     HdcWeights,

@@ -290,26 +290,24 @@ class EmbeddedEngine:
     def _load_whole(self, name: str, index: VectorIndex, top: int) -> None:
         """Fill an empty vector index with the rows the store holds, in label order, instead of
         replaying the journal up to `top` (read before): each row is read once, however many
-        entries wrote it (a chunk's document, then its vector), and a dense index is built once, in
-        the mode and with the IVF lists all of them call for. Rows written past `top` come again
-        with the entries after it, which change nothing they already hold."""
+        entries wrote it (a chunk's document, then its vector), and a dense index that they take
+        past the exact size is trained first, on a sample of them, for as many lists as all of
+        them call for (DenseIndex.expect). Rows written past `top` come again with the entries
+        after it, which change nothing they already hold."""
         spec = self._specs[name]
-        dense = index if isinstance(index, DenseIndex) else None
-        after, loaded, total = 0, 0, max(1, self.store.label_span("hdc" if dense is None else "vectors"))
-        if dense is not None:
-            dense.deferred = True
-        try:
-            while True:
-                labels, rows = spec.page(after, _PAGE)
-                if not len(labels):
-                    break
-                index.upsert(labels, rows)
-                self._unsaved[name] += len(labels)
-                after, loaded = int(labels[-1]), loaded + len(labels)
-                self._report(f"{name} index: loading the stored rows", min(loaded, total), total)
-        finally:
-            if dense is not None:
-                dense.settle()
+        span = self.store.label_range("vectors" if isinstance(index, DenseIndex) else "hdc")
+        total = 1 if span is None else span[1] - span[0] + 1
+        if isinstance(index, DenseIndex) and span is not None:
+            index.expect(total, partial(self.store.vector_sample, span))
+        after = loaded = 0
+        while True:
+            labels, rows = spec.page(after, _PAGE)
+            if not len(labels):
+                break
+            index.upsert(labels, rows)
+            self._unsaved[name] += len(labels)
+            after, loaded = int(labels[-1]), loaded + len(labels)
+            self._report(f"{name} index: loading the stored rows", min(loaded, total), total)
         index.applied_seq = max(index.applied_seq, top)
         self._unsaved[name] += 1  # saved even when it holds nothing (no chunk has a role code): loaded once
 

@@ -353,13 +353,20 @@ class Store:
     def _matrix_page(self, sql: str, after: int, limit: int, dtype: type) -> tuple[np.ndarray, np.ndarray]:
         return _as_matrix(self._read().execute(sql, (after, limit)).fetchall(), dtype)
 
-    def label_span(self, table: str) -> int:
-        """Labels from the lowest to the highest of `table` (vectors or hdc): about how many rows
-        it holds, read from its key alone (a count would read every row)."""
+    def label_range(self, table: str) -> tuple[int, int] | None:
+        """The lowest and highest label of `table` (vectors or hdc), None when it is empty: about
+        how many rows it holds, read from its key alone (a count would read every row)."""
         if table not in ("vectors", "hdc"):
             raise ValueError(f"unknown table {table!r}")
         lo, hi = self._read().execute(f"SELECT min(label), max(label) FROM {table}").fetchone()
-        return 0 if lo is None else int(hi) - int(lo) + 1
+        return None if lo is None else (int(lo), int(hi))
+
+    def vector_sample(self, span: tuple[int, int], k: int) -> np.ndarray:
+        """About `k` stored vectors (fewer where labels in `span` hold none), drawn at random (a
+        fixed seed) across the labels of `span`."""
+        lo, hi = span
+        labels = np.random.default_rng(0).choice(np.arange(lo, hi + 1), min(k, hi - lo + 1), replace=False)
+        return self.vector_rows(np.sort(labels).tolist())[1]
 
     def labels_of(self, ids: Sequence[str]) -> dict[int, str]:
         """{label: id} of the chunks among `ids` that the store holds."""
