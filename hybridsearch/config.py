@@ -104,7 +104,7 @@ class Settings(BaseSettings):
                                  "exactly before it switches to inverted lists (IVF)")
     dense_nprobe: int = Field(default=64, ge=1, le=65_536, description="inverted lists an embedded IVF search "
                               "scans, of 1,024 at 200k vectors and 2,048 at 1M (bench/scale.py at 1M clustered "
-                              "vectors, 4,096 lists: recall@10 1.000 at 64, 0.99 at 8; p50 1.8 ms at 64)")
+                              "vectors, 2,048 lists: recall@10 0.994 at 64, p50 3.2 ms)")
     torch_threads: int | None = Field(default=None, ge=1, description="threads of the encoder, torch and ONNX "
                                       "Runtime alike (default: the cores this process may run on)")
 
