@@ -82,6 +82,7 @@ def document_texts(doc: Document) -> tuple[str | None, ...]:
     return tuple(getattr(doc, DOC_FIELD[f]) for f in FIELDS)
 
 
+_COMPILED_MIN = 512  # fields in a batch from which encode_analysed counts votes in compiled code
 _VOCAB_MAX = 1 << 18  # token vectors kept in a documents' encoder's table (128 MB), emptied past it
 
 
@@ -162,7 +163,12 @@ class HdcEncoder:
 
     def encode_analysed(self, docs: Sequence[Sequence[Sequence[str] | None]]) -> list[dict[str, np.ndarray]]:
         """The codes of documents' FIELDS texts, analysed (analyse_texts): the codes encode_tokens
-        gives field by field, the votes of all the documents' fields counted in one compiled pass."""
+        gives field by field, the votes of all the documents' fields counted in one compiled pass
+        (a batch of fewer than _COMPILED_MIN fields goes field by field: numba's import and the
+        compiled code's load cost more than half a second, a small ingest's whole run)."""
+        if sum(1 for tokens in docs for toks in tokens if toks) < _COMPILED_MIN:
+            return [{f: code for f, toks in zip(FIELDS, tokens, strict=True)
+                     if toks and (code := self.encode_tokens(f, list(toks))) is not None} for tokens in docs]
         from hybridsearch.hdc.kernel import bind_and_bundle  # numba, compiled (or loaded) on first use
 
         out: list[dict[str, np.ndarray]] = [{} for _ in docs]

@@ -21,6 +21,7 @@ from hybridsearch.hdc import (
     random_hv,
     similarity,
 )
+from hybridsearch.hdc import encoder as encoder_module
 from hybridsearch.models import Document
 
 keys = st.text(min_size=1, max_size=20)
@@ -153,7 +154,7 @@ def test_character_trigrams_bring_spelling_variants_together() -> None:
 
 
 @pytest.mark.parametrize(("ngrams", "ties"), [(False, "content"), (True, "content"), (False, "fixed")])
-def test_documents_encoded_together_get_the_codes_of_each_field_alone(ngrams: bool, ties: str) -> None:
+def test_documents_encoded_together_get_the_codes_of_each_field_alone(ngrams: bool, ties: str, monkeypatch) -> None:
     """The compiled pass over a batch's fields gives, bit for bit, the codes encode_tokens gives
     field by field: odd and even token counts (ties), repeated tokens, empty fields, a field of
     600 distinct tokens (vote lanes emptied every 255), more tokens than the table first holds."""
@@ -168,6 +169,7 @@ def test_documents_encoded_together_get_the_codes_of_each_field_alone(ngrams: bo
         docs.append(doc)
     docs.append([None, None, None, None])
     docs[0][1] = [f"x{i}" for i in range(600)]
+    monkeypatch.setattr(encoder_module, "_COMPILED_MIN", 1)  # the compiled pass, even for this small batch
     enc = HdcEncoder(ngrams=ngrams, ties=ties)
     together = enc.encode_analysed(docs)
     for doc, codes in zip(docs, together, strict=True):
