@@ -56,15 +56,8 @@ def bit_counts(vectors: np.ndarray) -> np.ndarray:
 def majority(counts: np.ndarray, n: int, tie: str | None = None) -> np.ndarray:
     """Packed majority vector from per-bit counts over n inputs; ties take the bits of
     random_hv(tie), or TIE_BREAK's when no `tie` key is given."""
-    tie_bytes = TIE_BREAK if tie is None or n % 2 else _tie_bytes(tie)
-    return majority_rows(counts[None], np.array([n]), tie_bytes[None])[0]
-
-
-def majority_rows(counts: np.ndarray, n: np.ndarray, ties: np.ndarray) -> np.ndarray:
-    """Packed majority vectors, a row each: per-bit counts (rows, DIM) over n[row] inputs, a tied
-    bit taking the bit of that row's packed tie vector `ties` (rows, NBYTES)."""
-    twice, n = 2 * counts, np.asarray(n)[:, None]
-    return np.packbits(twice > n, axis=1) | (np.packbits(twice == n, axis=1) & ties)
+    twice = 2 * counts
+    return np.packbits(twice > n) | (np.packbits(twice == n) & (TIE_BREAK if tie is None or n % 2 else _tie_bytes(tie)))
 
 
 def _tie_bytes(key: str) -> np.ndarray:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,8 +147,12 @@ class HdcEncoder:
         n = len(distinct)
         # binding flips the bits where the key is 1, so the vote counts flip there too
         counts = np.where(self._key_bits[field], n - counts, counts)
-        tie = "tie:" + "\x1f".join(sorted(distinct)) if self.ties == "content" and n % 2 == 0 else None
-        return majority(counts, n, tie)
+        return majority(counts, n, self._tie_key(distinct))
+
+    def _tie_key(self, distinct: Collection[str]) -> str | None:
+        """The key of the vector that breaks a bundle's ties: its tokens' own with `ties="content"`
+        and an even count, else None (TIE_BREAK; an odd bundle has no ties)."""
+        return "tie:" + "\x1f".join(sorted(distinct)) if self.ties == "content" and len(distinct) % 2 == 0 else None
 
     def encode_document(self, doc: Document) -> dict[str, np.ndarray]:
         return self.encode_documents([doc])[0]
@@ -185,8 +189,8 @@ class HdcEncoder:
                     ids.extend(map(self._vocab.__getitem__, distinct))
                     starts.append(len(ids))
                     fields.append(f)
-                    content = self.ties == "content" and len(distinct) % 2 == 0
-                    ties.append(_tie_bytes("tie:" + "\x1f".join(sorted(distinct))) if content else TIE_BREAK)
+                    key = self._tie_key(distinct)
+                    ties.append(TIE_BREAK if key is None else _tie_bytes(key))
             if not fields:
                 return out
             codes = bind_and_bundle(self._vocab.table, np.array(ids), np.array(starts), np.array(fields),

@@ -50,7 +50,7 @@ def bind_and_bundle(table: np.ndarray, ids: np.ndarray, starts: np.ndarray, fiel
                     ties: np.ndarray) -> np.ndarray:
     """Packed codes (bundles, table width), bundle r the majority of the packed rows
     table[ids[starts[r]:starts[r + 1]]], each bound (XOR) to key row fields[r] of `keys` (unpacked
-    bits, one per byte), a tied bit taking the bit of the packed ties[r]: what algebra.majority_rows
+    bits, one per byte), a tied bit taking the bit of the packed ties[r]: what algebra.majority
     gives over algebra.bit_counts, for each bundle alone."""
     return _bundles(np.ascontiguousarray(table, dtype=np.uint8), np.asarray(ids, dtype=np.int64),
                     np.asarray(starts, dtype=np.int64), np.asarray(fields, dtype=np.int64),

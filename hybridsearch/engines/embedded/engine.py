@@ -232,8 +232,7 @@ class EmbeddedEngine:
                     docs = {lb: mine[e.seq - first] for lb, e in latest.items()
                             if e.op == "upsert" and 0 <= e.seq - first < len(mine)}
                     docs |= self.store.docs_by_label([lb for lb in latest if lb not in docs])
-                    touched = {lb: e.id for lb, e in latest.items()}
-                    self.bm25_index.apply(docs, [i for lb, i in touched.items() if lb not in docs], last,
+                    self.bm25_index.apply(docs, [e.id for lb, e in latest.items() if lb not in docs], last,
                                           defer=self.bulk)
                 elif last > self.bm25_index.applied_seq:  # nothing BM25 indexes changed: recorded, so
                     self.bm25_index.skip_to(last)  # that no later catch-up or open reads these again
@@ -357,11 +356,9 @@ class EmbeddedEngine:
         if codes is not None:
             codes = check_codes(codes, len(docs))
         with self._lock:
-            first, _ = self.store.write(docs, vectors, self.model, codes, passages)
+            first = self.store.write(docs, vectors, self.model, codes, passages)
             self._catch_up(written=(first, docs))
-            if len(self._info) + len(docs) > _INFO_MAX:
-                self._info.clear()
-            self._info.update((d.id, DocInfo.of(d)) for d in docs)  # as doc_info would read them back
+            self._keep_info(docs)  # as doc_info would read them back
             return len(docs)
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, *, texts: Sequence[str] | None = None,
@@ -499,11 +496,14 @@ class EmbeddedEngine:
         self.refresh()
         missing = [i for i in ids if i not in self._info]
         if missing:
-            if len(self._info) > _INFO_MAX:
-                self._info.clear()
-            for id_, d in self.store.docs_by_id(missing).items():
-                self._info[id_] = DocInfo.of(d)
+            self._keep_info(list(self.store.docs_by_id(missing).values()))
         return {i: self._info[i] for i in ids if i in self._info}
+
+    def _keep_info(self, docs: Sequence[Document]) -> None:
+        """Cache the DocInfo of stored chunks (all of it dropped at once past _INFO_MAX)."""
+        if len(self._info) + len(docs) > _INFO_MAX:
+            self._info.clear()
+        self._info.update((d.id, DocInfo.of(d)) for d in docs)
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The dense vectors of chunks that have one."""

@@ -163,11 +163,11 @@ class Store:
     # -- writes -------------------------------------------------------------------------------
     def write(self, docs: Sequence[Document], vectors: np.ndarray | None, model: str,
               codes: Sequence[Mapping[str, np.ndarray]] | None = None,
-              passages: Sequence[np.ndarray] | None = None) -> tuple[int, int]:
+              passages: Sequence[np.ndarray] | None = None) -> int:
         """Upsert chunks (with their vectors, passage vectors and HDC codes when given) in one
-        transaction, a statement per table for the whole batch; returns the journal seqs the batch
-        took (first, last: one `upsert` each, in the docs' order). An updated chunk written without
-        codes loses its stale codes. `docs` have distinct ids."""
+        transaction, a statement per table for the whole batch; returns the first journal seq the
+        batch took (it took one `upsert` each, in the docs' order, from that one on). An updated
+        chunk written without codes loses its stale codes. `docs` have distinct ids."""
         code_rows = None if codes is None else [_code_row(c) for c in codes]
         with self._transaction() as c:
             held = {id_: (label, dense_hash) for id_, label, dense_hash in c.execute(
@@ -216,8 +216,7 @@ class Store:
                               [(label, *row) for label, row in zip(labels, code_rows, strict=True)])
             c.executemany("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)",
                           [(d.id, label) for label, d in zip(labels, docs, strict=True)])
-            last = int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0)
-            return last - len(docs) + 1, last
+            return int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0) - len(docs) + 1
 
     def delete(self, ids: Iterable[str]) -> list[str]:
         deleted: list[str] = []
