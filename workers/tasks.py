@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
 from celery import Task, group, signals
+from celery.exceptions import Reject, Retry
 from kombu.exceptions import OperationalError
 
 from hybridsearch.config import get_settings
@@ -35,26 +37,50 @@ RETRY: dict[str, Any] = {
 
 
 class JobTask(Task):  # type: ignore[misc]
-    """Records a batch of a job (`job`, `batch` keyword arguments) as dead-lettered once it failed
-    for good (retries exhausted, or an error that is not retried), or once the process running it
-    died HYBRIDSEARCH_WORKER_MAX_LOST times (a batch that kills its process, out of memory say,
-    would otherwise go back to the queue and kill the next one forever)."""
+    """A batch of a job (`job`, `batch` keyword arguments) whose message is acknowledged only once
+    its outcome is in the job: done (recorded inside the task), dead-lettered (it failed for good:
+    retries exhausted, or an error that is not retried), or sent again as a retry. Where Redis
+    cannot be reached to record that, the message goes back to the queue instead of away.
+
+    A batch is dead-lettered too once it was delivered HYBRIDSEARCH_WORKER_MAX_LOST times more
+    without an outcome (a batch that kills its process, out of memory say, would otherwise go back
+    to the queue and kill the next one forever)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         job, batch = kwargs.get("job"), kwargs.get("batch")
-        if job is not None and batch is not None:
+        if job is None or batch is None:
+            return super().__call__(*args, **kwargs)
+        batch = int(batch)
+        with _given_back_if_unrecorded():
             r = jobs.client(redis_url())
-            lost = jobs.delivered(r, job, int(batch), int(self.request.retries or 0)) - 1
+            lost = jobs.delivered(r, job, batch, int(self.request.retries or 0)) - 1
             if lost >= get_settings().worker_max_lost:
-                jobs.record(r, job, int(batch), error=f"WorkerLost: the process running this batch died {lost} "
-                            "times (out of memory, or killed); it is not delivered again")
+                jobs.record(r, job, batch, error=f"WorkerLost: the process running this batch died {lost} times "
+                            "(out of memory, or killed); it is not delivered again")
                 return 0
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except Retry:
+            raise
+        except Reject as e:  # the retry could not be sent (Celery would drop the message)
+            raise Reject(e.reason, requeue=True) from e
+        except Exception as e:
+            with _given_back_if_unrecorded():
+                jobs.record(r, job, batch, error=f"{type(e).__name__}: {e}".splitlines()[0])
+            raise
 
-    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: dict[str, Any], einfo: Any) -> None:
-        if kwargs.get("job") is not None:
-            jobs.record(jobs.client(redis_url()), kwargs["job"], int(kwargs["batch"]),
-                        error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+@contextmanager
+def _given_back_if_unrecorded() -> Iterator[None]:
+    """Redis unreachable while recording a batch's delivery or outcome: the message is requeued
+    (or, with Redis down, stays unacknowledged until the visibility timeout) rather than
+    acknowledged with the job never hearing of it. The pause keeps a flapping Redis from turning
+    this into a busy loop."""
+    try:
+        yield
+    except EngineUnavailableError as e:
+        time.sleep(1.0)
+        raise Reject(str(e), requeue=True) from e
 
 
 @app.task(name="hybridsearch.embed", base=JobTask, **RETRY)
