@@ -7,7 +7,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -238,20 +238,33 @@ class Store:
         has the hash in `hashes`, and with `only_missing` chunks that have a complete row in `table`
         already (_COMPLETE: a vector with its passage vectors).
         Returns how many were set."""
-        insert = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * (5 if table == 'hdc' else 4))})"
-        n = 0
+        values = list(rows)
+        if len(values) != len(ids):
+            raise ValueError(f"{len(ids)} ids but {len(values)} rows")
+        where, complete = _COMPLETE[table]
         with self._transaction() as c:
-            for i, (id_, values) in enumerate(zip(ids, rows, strict=True)):
-                row = c.execute("SELECT label, dense_hash FROM chunks WHERE id=?", (id_,)).fetchone()
-                if row is None or (hashes is not None and row[1] != hashes[i]):
-                    continue
-                if only_missing and c.execute(f"SELECT 1 FROM {table} x WHERE x.label=? AND {_COMPLETE[table]}",
-                                              (row[0],)).fetchone():
-                    continue
-                c.execute(insert, (row[0], *values))
-                c.execute("INSERT INTO journal(op, id, label) VALUES (?,?,?)", (op, id_, row[0]))
-                n += 1
-        return n
+            held = c.execute("SELECT j.key, c.label, c.dense_hash FROM json_each(?) j JOIN chunks c ON c.id = j.value"
+                             " ORDER BY j.key", (json.dumps(list(ids)),)).fetchall()
+            if hashes is not None:
+                held = [h for h in held if h[2] == hashes[h[0]]]
+            done: set[int] = set()  # chunks with a complete row, read once, then as this batch writes them
+            if only_missing:
+                done = {label for (label,) in c.execute(
+                    f"SELECT x.label FROM json_each(?) j JOIN {table} x ON x.label = j.value WHERE {where}",
+                    (json.dumps([h[1] for h in held]),))}
+            chosen = []
+            for i, label, _ in held:
+                if only_missing:
+                    if label in done:
+                        continue
+                    if complete(values[i]):
+                        done.add(label)
+                chosen.append((i, label))
+            c.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * (5 if table == 'hdc' else 4))})",
+                          [(label, *values[i]) for i, label in chosen])
+            c.executemany("INSERT INTO journal(op, id, label) VALUES (?,?,?)",
+                          [(op, ids[i], label) for i, label in chosen])
+        return len(chosen)
 
     def set_vectors(self, ids: Sequence[str], vectors: np.ndarray, model: str, *,
                     texts: Sequence[str] | None = None, only_missing: bool = False,
@@ -428,7 +441,7 @@ class Store:
         """Chunks with no complete row in `table` (vectors: with passage vectors; or hdc), among
         `ids` when given."""
         q = (f"SELECT c.id, c.doc FROM chunks c LEFT JOIN {table} x ON x.label = c.label"
-             f" WHERE (x.label IS NULL OR NOT ({_COMPLETE[table]}))")
+             f" WHERE (x.label IS NULL OR NOT ({_COMPLETE[table][0]}))")
         if ids is not None:
             rows = sorted(self._rows_in(q + " AND c.id IN ({marks})", list(dict.fromkeys(ids))))
         else:
@@ -523,7 +536,10 @@ HDC_FIELDS = ("topic", "claim", "role", "acts")
 
 _READ_MMAP = 1 << 30  # bytes of the store a read connection maps (address space, not memory)
 # what makes a row `x` of a derived table complete: a chunk's vector comes with its passage vectors
-_COMPLETE = {"vectors": "x.passages IS NOT NULL", "hdc": "1"}
+# a complete row of a derived table (what `only_missing` leaves alone): as SQL over the row `x`, and
+# as a test of the values a batch writes
+_COMPLETE: dict[str, tuple[str, Callable[[Sequence[object]], bool]]] = {
+    "vectors": ("x.passages IS NOT NULL", lambda v: v[2] is not None), "hdc": ("1", lambda v: True)}
 
 
 def _as_matrix(rows: list[tuple[Any, ...]], dtype: type) -> tuple[np.ndarray, np.ndarray]:
