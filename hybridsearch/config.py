@@ -103,8 +103,8 @@ class Settings(BaseSettings):
     exact_dense_max: int = Field(default=200_000, ge=0, description="vectors an embedded index searches "
                                  "exactly before it switches to inverted lists (IVF)")
     dense_nprobe: int = Field(default=64, ge=1, le=65_536, description="inverted lists an embedded IVF search "
-                              "scans, of 1,024 at 200k vectors and 2,048 at 1M (bench/scale.py at 1M clustered "
-                              "vectors, 2,048 lists: recall@10 0.994 at 64, p50 3.2 ms)")
+                              "scans, of 512 at 200k vectors and 1,024 at 1M (bench/scale.py at 1M clustered "
+                              "vectors, 1,024 lists: recall@10 0.995 at 64, p50 5.3 ms)")
     torch_threads: int | None = Field(default=None, ge=1, description="threads of the encoder, torch and ONNX "
                                       "Runtime alike (default: the cores this process may run on)")
 

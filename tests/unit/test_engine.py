@@ -312,7 +312,7 @@ def test_ivf_recall_lists_and_a_regrown_index() -> None:
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     index = DenseIndex(48, exact_max=1000)
     index.upsert(np.arange(1, 20_001), vecs)
-    assert index.mode == IVF and index._lists() == ivf_lists(20_000) == 256
+    assert index.mode == IVF and index._lists() == ivf_lists(20_000) == 128
 
     def recall(probe: int) -> float:
         index.nprobe = probe
@@ -325,7 +325,7 @@ def test_ivf_recall_lists_and_a_regrown_index() -> None:
     assert recall(64) >= 0.98 and recall(1) < recall(64)
     index.nprobe = 64
     index.upsert(np.arange(20_001, 70_001), np.repeat(vecs, 3, axis=0)[:50_000])
-    assert len(index) == 70_000 and index._lists() == ivf_lists(70_000) == 512
+    assert len(index) == 70_000 and index._lists() == ivf_lists(70_000) == 256
     assert index.search(vecs[7], 1, None)[1][0] > 0.9999
 
 

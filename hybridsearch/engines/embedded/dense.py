@@ -67,12 +67,13 @@ def _last_of_each(labels: np.ndarray, mat: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def ivf_lists(n: int) -> int:
-    """The inverted lists of an IVF index over `n` vectors: the power of two nearest 2 * sqrt(n)
-    (at least 64): 1,024 at 200k, 2,048 at 1M. Building costs vectors x lists (each vector is
-    compared with every centroid, k-means with lists squared); a search compares the query with
-    the centroids and with the vectors of `nprobe` lists (about nprobe * n / lists): at 1M, half
-    of 4 * sqrt(n)'s build for a search of 2-3 ms instead of 2."""
-    return 1 << max(6, round(math.log2(2 * math.sqrt(max(n, 1)))))
+    """The inverted lists of an IVF index over `n` vectors: the power of two nearest sqrt(n) (at
+    least 64): 512 at 200k, 1,024 at 1M. Building costs vectors x lists (each vector is compared
+    with every centroid, k-means with lists squared); a search compares the query with the
+    centroids and with the vectors of `nprobe` lists (about nprobe * n / lists). At 1M clustered
+    vectors (bench/scale.py's, 2 cores), 1,024 lists against 2,048: training and filling 8 s
+    against 21, a search of 64 lists 5.3 ms against 3.4, recall@10 0.995 against 0.994."""
+    return 1 << max(6, round(math.log2(math.sqrt(max(n, 1)))))
 
 
 _FAISS_MEMBER = "index.faiss"  # a dense checkpoint's faiss index, beside its arrays (older ones: index.npy)
