@@ -375,14 +375,15 @@ def check_vectors(vectors: np.ndarray, n: int, dim: int) -> np.ndarray:
     arr = np.asarray(vectors, dtype=np.float32)
     if arr.shape != (n, dim):
         raise ValidationError(f"expected shape ({n}, {dim}), got {arr.shape}", field="vectors")
-    bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+    squares = _squared_lengths(arr)  # not finite exactly where a value is not; 0 exactly for all zeros
+    bad = np.flatnonzero(~np.isfinite(squares))
     if bad.size:
         raise ValidationError(f"row {int(bad[0])} has a non-finite value", field="vectors")
-    zero = np.flatnonzero(~arr.any(axis=1))
+    zero = np.flatnonzero(squares == 0)
     if zero.size:
         raise ValidationError(f"row {int(zero[0])} is all zeros (a vector without a direction has no cosine)",
                               field="vectors")
-    return _unit_rows(arr)
+    return _unit_rows(arr, squares)
 
 
 def check_passages(passages: Sequence[np.ndarray] | None, n: int, dim: int, with_vectors: bool
@@ -418,10 +419,17 @@ def check_query_vector(vec: np.ndarray, dim: int) -> np.ndarray:
     return _unit_rows(v[None, :])[0]
 
 
-def _unit_rows(arr: np.ndarray) -> np.ndarray:
+def _squared_lengths(arr: np.ndarray) -> np.ndarray:
+    """The squared length of each float32 row, summed in float64, where no float32 value's square
+    overflows or vanishes (one pass, no float64 copy of the rows)."""
+    return np.einsum("ij,ij->i", arr, arr, dtype=np.float64)
+
+
+def _unit_rows(arr: np.ndarray, squares: np.ndarray | None = None) -> np.ndarray:
     """float32 rows, none all zeros, scaled to unit length (in float64, where no length overflows);
-    as they are when every row already has unit length (to 1e-6)."""
-    norms = np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
+    as they are when every row already has unit length (to 1e-6). `squares`: their squared
+    lengths, when known."""
+    norms = np.sqrt(_squared_lengths(arr) if squares is None else squares)[:, None]
     if np.all(np.abs(norms - 1.0) < 1e-6):
         return arr
     return (arr.astype(np.float64) / norms).astype(np.float32)

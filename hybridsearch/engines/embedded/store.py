@@ -367,10 +367,13 @@ class Store:
 
     def label_range(self, table: str) -> tuple[int, int] | None:
         """The lowest and highest label of `table` (vectors or hdc), None when it is empty: about
-        how many rows it holds, read from its key alone (a count would read every row)."""
+        how many rows it holds, read from its key alone (a count would read every row), one end at
+        a time: SQLite reads each end from the key only for a min() or a max() alone, and reads
+        every row for both together (1.3 s at a million vectors)."""
         if table not in ("vectors", "hdc"):
             raise ValueError(f"unknown table {table!r}")
-        lo, hi = self._read().execute(f"SELECT min(label), max(label) FROM {table}").fetchone()
+        lo, hi = self._read().execute(f"SELECT (SELECT min(label) FROM {table}), (SELECT max(label) FROM {table})"
+                                      ).fetchone()
         return None if lo is None else (int(lo), int(hi))
 
     def vector_sample(self, span: tuple[int, int], k: int) -> np.ndarray:
