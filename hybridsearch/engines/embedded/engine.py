@@ -219,6 +219,15 @@ class EmbeddedEngine:
         first, mine = written if written is not None else (0, ())
         start = min([self.bm25_index.applied_seq, self._seen_seq]
                     + [idx.applied_seq for idx in self._loaded.values()])
+        if not self._loaded and written is None:  # only BM25 and the DocInfo cache follow: vectors or
+            top = self.store.max_seq()  # codes alone were written (a bulk load: 10k entries read per batch)
+            if top > start and self.store.first_since(start, ("upsert", "delete")) is None:
+                self._seen_seq = max(self._seen_seq, top)
+                if self.owner:
+                    self.bm25_index.skip_to(max(self.bm25_index.applied_seq, top))
+                else:
+                    self.bm25_index.reload()
+                return
         for entries in self.store.journal_pages(start, _PAGE):
             last = entries[-1].seq
             for e in entries:
