@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 
 from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks, names_its_work
 from hybridsearch.errors import EngineError, ValidationError
@@ -413,9 +414,11 @@ class Store:
                 self._read().execute("SELECT work_id, min(ym) FROM chunks GROUP BY work_id ORDER BY work_id")]
 
     def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
-        """Replace the graph and its summary in one transaction."""
-        rows = [(w, json.dumps(nb.cites), json.dumps(nb.cited_by), json.dumps(nb.cocited), nb.pagerank or 0.0,
-                 nb.authority or 0.0) for w, nb in works.items()]
+        """Replace the graph and its summary in one transaction (lists as JSON, written by orjson:
+        a million works' three lists take 9 s with the json module)."""
+        dumps = orjson.dumps
+        rows = [(w, dumps(nb.cites).decode(), dumps(nb.cited_by).decode(), dumps(nb.cocited).decode(),
+                 nb.pagerank or 0.0, nb.authority or 0.0) for w, nb in works.items()]
         with self._transaction() as c:
             c.execute("DELETE FROM graph")
             c.executemany("INSERT INTO graph VALUES (?,?,?,?,?,?)", rows)
