@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS chunks(
 -- graph build touches no chunk row (a store made before it had chunks_work, on work_id alone)
 CREATE INDEX IF NOT EXISTS chunks_work_links ON chunks(work_id, ym, id);
 DROP INDEX IF EXISTS chunks_work;
+-- a ranked list's labels to chunk ids from a small index, not from the rows of the documents: at
+-- a million chunks 100 labels take 0.8 ms with its pages out of memory, 15 ms through the rows
+CREATE INDEX IF NOT EXISTS chunks_label_id ON chunks(label, id);
 CREATE TABLE IF NOT EXISTS chunk_subjects(label INTEGER NOT NULL, subject TEXT NOT NULL,
     PRIMARY KEY(label, subject));
 CREATE INDEX IF NOT EXISTS chunk_subjects_subject ON chunk_subjects(subject);
@@ -390,7 +393,8 @@ class Store:
 
     def ids_of(self, labels: Sequence[int]) -> dict[int, str]:
         """{label: id} of the chunks among `labels` that the store holds."""
-        return dict(self._rows_in("SELECT label, id FROM chunks WHERE label IN ({marks})", list(dict.fromkeys(labels))))
+        return dict(self._rows_in("SELECT label, id FROM chunks INDEXED BY chunks_label_id WHERE label IN ({marks})",
+                                  list(dict.fromkeys(labels))))
 
     def passages_by_label(self, labels: Sequence[int], dim: int) -> dict[int, np.ndarray]:
         """Each chunk's passage vectors (p, dim); chunks without them are absent."""
