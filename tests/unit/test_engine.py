@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
+
 from hybridsearch.engines.embedded import EmbeddedEngine
 from hybridsearch.models import Document
 from tests.contract.test_engine_contract import DOCS, unit_vectors
@@ -465,3 +467,27 @@ def test_a_small_update_leaves_the_checkpoint_and_the_next_open_replays_it(tmp_p
     read.clear()
     with EmbeddedEngine(path) as e:
         assert e.knn(vecs[1], 1).ids == ["d0"] and read == []
+
+
+def test_derived_rows_set_in_one_batch_keep_the_order_and_only_missing(tmp_path) -> None:
+    """A batch of vectors is set as its rows one after the other would be: unknown ids skipped, an
+    id given twice ends with its last row, and with `only_missing` a chunk that has a complete row
+    (a vector with its passages), stored or set earlier in the same batch, is left alone."""
+    from hybridsearch.engines.embedded.store import Store
+
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        store.write(DOCS, None, "m")
+        v, p = unit_vectors(4, seed=9), [unit_vectors(2, seed=10 + i) for i in range(4)]
+        assert store.set_vectors(["a", "nope", "a"], v[:3], "m") == 2  # the last row for "a" wins
+        labels, rows = store.vector_page(0, 10)
+        assert len(labels) == 1 and np.allclose(rows[0], v[2])
+        # only_missing: "a" has no passages (incomplete), so its first row here is set; that one is
+        # complete, so the second is left alone; "b" is set once
+        assert store.set_vectors(["a", "a", "b"], v[:3], "m", only_missing=True, passages=p[:3]) == 2
+        _, rows = store.vector_page(0, 10)
+        assert np.allclose(rows[0], v[0]) and np.allclose(rows[1], v[2])
+        assert store.set_vectors(["b"], v[3:], "m", only_missing=True, passages=p[3:]) == 0
+        assert [e.op for e in store.journal_since(0)].count("vector") == 4
+    finally:
+        store.close()
