@@ -545,9 +545,8 @@ HDC_FIELDS = ("topic", "claim", "role", "acts")
 
 
 _READ_MMAP = 1 << 30  # bytes of the store a read connection maps (address space, not memory)
-# what makes a row `x` of a derived table complete: a chunk's vector comes with its passage vectors
-# a complete row of a derived table (what `only_missing` leaves alone): as SQL over the row `x`, and
-# as a test of the values a batch writes
+# what makes a row of a derived table complete (what `only_missing` leaves alone; a chunk's vector
+# comes with its passage vectors): as SQL over the row `x`, and as a test of the values a batch writes
 _COMPLETE: dict[str, tuple[str, Callable[[Sequence[object]], bool]]] = {
     "vectors": ("x.passages IS NOT NULL", lambda v: v[2] is not None), "hdc": ("1", lambda v: True)}
 
