@@ -133,6 +133,30 @@ class GraphSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class GraphState:
+    """What the last graph build leaves for the next to start from, so that an update costs what
+    it changes (`indexer.graph.update_graph`): the graph's nodes by number (works, and missing
+    targets), its edges and the links orientation dropped, each work's input digest, and the ranks.
+    Node numbers stay as they were given; a node nothing cites any more and that is not indexed is
+    not live (out of the counts and of PageRank) until a full build numbers the nodes afresh."""
+
+    seq: int  # the journal's last entry when the links were read: later changes are the next update's
+    params: tuple[float, int]  # (damping, co-cited limit) it was built with
+    names: list[str]  # node i's name: a work id, or what a missing target names
+    rank: np.ndarray  # int64 per node: its name's place in name order (the order lists are kept in)
+    flags: np.ndarray  # uint8 per node: GRAPH_INDEXED | GRAPH_DATED | GRAPH_ALIASED
+    ym: np.ndarray  # int64 per node: year*100+month, 0 when undated
+    digests: np.ndarray  # (nodes, 2) uint64: an indexed work's input digest (indexer.graph.work_digest), else 0
+    edges: np.ndarray  # int64 keys citing << 32 | cited, sorted: the edges after orientation
+    away: np.ndarray  # int64 keys, sorted: the links orientation dropped
+    pagerank: np.ndarray  # float64 per node, 0 where not live
+    authority: np.ndarray  # float64 per node
+
+
+GRAPH_INDEXED, GRAPH_DATED, GRAPH_ALIASED = 1, 2, 4  # GraphState.flags: indexed; dated; has chunks not naming it
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     """Counts every engine reports, plus engine-specific details."""
 
@@ -365,6 +389,42 @@ class GraphStore(Neighborhood, Protocol):
 
     def graph_summary(self) -> GraphSummary | None:
         """The summary of the graph last stored (None before the first build)."""
+        ...
+
+
+@runtime_checkable
+class IncrementalGraphStore(GraphStore, Protocol):
+    """A graph store that keeps the last build's GraphState and knows which works changed since,
+    so that a graph update reads and writes what changed (the embedded engine)."""
+
+    def graph_state(self) -> GraphState | None:
+        """The state the last build stored (None: no build yet, or one stored without it)."""
+        ...
+
+    def graph_changes(self, since: int | None) -> tuple[int, list[str]]:
+        """The journal's last seq, and the works whose chunks were written, moved or deleted after
+        seq `since` (none asked for when None)."""
+        ...
+
+    def work_links(self, work_ids: Sequence[str]) -> list[WorkLinks]:
+        """The links of those of `work_ids` that have chunks, as `citation_links` gives them."""
+        ...
+
+    def chunk_works(self, ids: Sequence[str]) -> dict[str, str]:
+        """The work of each of `ids` that names a stored chunk."""
+        ...
+
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary,
+                  state: GraphState | None = None) -> None:
+        """GraphStore.set_graph, keeping `state` for the next update when given (its nodes 0, 1,
+        ... are `works`, in order)."""
+        ...
+
+    def update_graph_rows(self, works: Mapping[str, Neighbors], nodes: Sequence[int], gone: Sequence[str],
+                          state: GraphState, summary: GraphSummary) -> None:
+        """Store an update: the lists of `works` (their node numbers `nodes`, in order; their ranks
+        come from `state`), `gone` no longer indexed, every rank, the state and the summary, in one
+        transaction."""
         ...
 
 

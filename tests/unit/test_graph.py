@@ -124,11 +124,13 @@ def test_blocked_cocitation_equals_the_whole_matrix_and_reports_progress(monkeyp
     np.fill_diagonal(co, 0)
     calls: list[tuple[str, int, int]] = []
     monkeypatch.setattr(graph, "_COCITATION_PRODUCTS", 500)
-    ptr, cols = graph._cocitation(n, src, dst, n_works, 6, lambda *c: calls.append(c))
+    name = [f"w{i:03d}" if i < n_works else f"x{i}" for i in range(n)]
+    links = [WorkLinks(name[w], None, tuple(name[b] for a, b in edges if a == w)) for w in range(n_works)]
+    works, _ = build(links, cocited_max=6, progress=lambda *c: calls.append(c))
     for i in range(n_works):
         others = np.flatnonzero(co[i])
         want = others[np.lexsort((others, -co[i, others]))][:6]
-        assert cols[ptr[i]:ptr[i + 1]].tolist() == want.tolist(), i
+        assert works[name[i]].cocited == tuple(name[j] for j in want), i
     assert len(calls) > 5 and [c[0] for c in calls] == ["citation graph: co-citations"] * len(calls)
     assert [c[1] for c in calls] == sorted({c[1] for c in calls}) and calls[-1][1:] == (n_works, n_works)
 

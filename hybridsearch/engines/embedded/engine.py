@@ -21,6 +21,7 @@ from hybridsearch.engines import (
     Bm25Options,
     Codes,
     EngineStats,
+    GraphState,
     GraphSummary,
     Neighbors,
     Progress,
@@ -545,11 +546,29 @@ class EmbeddedEngine:
     def citation_links(self) -> list[WorkLinks]:
         return self.store.citation_links()
 
-    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
-        self.store.set_graph(works, summary)
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary,
+                  state: GraphState | None = None) -> None:
+        self.store.set_graph(works, summary, state)
 
     def graph_summary(self) -> GraphSummary | None:
         return self.store.graph_summary()
+
+    # IncrementalGraphStore: an update reads the works changed since the last build, from the store
+    def graph_state(self) -> GraphState | None:
+        return self.store.graph_state()
+
+    def graph_changes(self, since: int | None) -> tuple[int, list[str]]:
+        return self.store.graph_changes(since)
+
+    def work_links(self, work_ids: Sequence[str]) -> list[WorkLinks]:
+        return self.store.work_links(work_ids)
+
+    def chunk_works(self, ids: Sequence[str]) -> dict[str, str]:
+        return self.store.chunk_works(ids)
+
+    def update_graph_rows(self, works: Mapping[str, Neighbors], nodes: Sequence[int], gone: Sequence[str],
+                          state: GraphState, summary: GraphSummary) -> None:
+        self.store.update_graph_rows(works, nodes, gone, state, summary)
 
     def get_meta(self, key: str) -> Any:
         return self.store.get_meta(key)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from hybridsearch.engines import GraphSummary, Neighbors, WorkLinks, names_its_work
+from hybridsearch.engines import GraphState, GraphSummary, Neighbors, WorkLinks, names_its_work
 from hybridsearch.errors import EngineError, ValidationError
 from hybridsearch.hdc import index_options
 from hybridsearch.models import Document, Filters
@@ -53,8 +53,15 @@ CREATE TABLE IF NOT EXISTS journal(seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEX
     id TEXT NOT NULL, label INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS journal_op ON journal(op, seq);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS graph(work_id TEXT PRIMARY KEY, cites TEXT NOT NULL, cited_by TEXT NOT NULL,
-    cocited TEXT NOT NULL, pagerank REAL NOT NULL, authority REAL NOT NULL);
+-- the citation graph: each indexed work's lists and node number; the ranks by node, _RANK_BLOCK
+-- nodes a row (an update rewrites every rank, and these few rows, not a row per work); what the
+-- next update starts from (GraphState's arrays); and the works whose chunks moved to another
+-- work or were deleted, by journal seq (the upserts' works are read from the journal itself)
+CREATE TABLE IF NOT EXISTS graph_works(work_id TEXT PRIMARY KEY, node INTEGER NOT NULL, cites TEXT NOT NULL,
+    cited_by TEXT NOT NULL, cocited TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS graph_ranks(block INTEGER PRIMARY KEY, pagerank BLOB NOT NULL, authority BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS graph_state(key TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS graph_dirty(seq INTEGER NOT NULL, work_id TEXT NOT NULL);
 """
 
 
@@ -118,6 +125,8 @@ class Store:
         self._closed = False
         if self.get_meta("cites_table") is None:
             self._backfill_cites()
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'graph'").fetchone():
+            self._graph_by_node()
         # the store's identity: derived indexes carry it, so one built from another store is known
         if self.get_meta("store_id") is None:
             with self._transaction() as c:
@@ -132,6 +141,17 @@ class Store:
                 cites = json.loads(doc).get("cites") or []
                 c.executemany("INSERT OR IGNORE INTO chunk_cites VALUES (?,?)", [(label, t) for t in cites])
             c.execute("INSERT OR REPLACE INTO meta VALUES ('cites_table', '1')")
+
+    def _graph_by_node(self) -> None:
+        """Move the graph of a store written before graph_works (a row per work holding its ranks)
+        to the layout of now, once; the next update builds the graph anew (it has no state)."""
+        with self._transaction() as c:
+            rows = c.execute("SELECT work_id, cites, cited_by, cocited, pagerank, authority FROM graph"
+                             " ORDER BY work_id").fetchall()
+            c.executemany("INSERT OR REPLACE INTO graph_works VALUES (?,?,?,?,?)",
+                          [(w, i, cites, by, co) for i, (w, cites, by, co, _, _) in enumerate(rows)])
+            _set_ranks(c, np.array([r[4] for r in rows], dtype=np.float64), np.array([r[5] for r in rows]))
+            c.execute("DROP TABLE graph")
 
     def close(self) -> None:
         with self._readers_lock:
@@ -174,14 +194,14 @@ class Store:
         chunk written without codes loses its stale codes. `docs` have distinct ids."""
         code_rows = None if codes is None else [_code_row(c) for c in codes]
         with self._transaction() as c:
-            held = {id_: (label, dense_hash) for id_, label, dense_hash in c.execute(
-                "SELECT c.id, c.label, c.dense_hash FROM json_each(?) j JOIN chunks c ON c.id = j.value",
+            held = {id_: (label, dense_hash, work) for id_, label, dense_hash, work in c.execute(
+                "SELECT c.id, c.label, c.dense_hash, c.work_id FROM json_each(?) j JOIN chunks c ON c.id = j.value",
                 (json.dumps([d.id for d in docs]),))}
             # labels are never reused (AUTOINCREMENT): a new chunk takes the next after the highest
             # ever given, which the explicit insert records in sqlite_sequence as AUTOINCREMENT does
             top = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'chunks'").fetchone()
             top = max(int(top[0]) if top else 0, int(c.execute("SELECT max(label) FROM chunks").fetchone()[0] or 0))
-            labels, new, updated, lost_vectors = [], [], [], []
+            labels, new, updated, lost_vectors, moved = [], [], [], [], []
             for d in docs:
                 dense_hash = str(hash_text(d.dense_text))
                 values = (d.work_id, d.chunk_no, d.model_dump_json(exclude_defaults=True), dense_hash,
@@ -196,6 +216,8 @@ class Store:
                     updated.append((*values, row[0]))
                     if vectors is None and row[1] != dense_hash:
                         lost_vectors.append((row[0],))
+                    if row[2] != d.work_id:
+                        moved.append(row[2])
             c.executemany("INSERT INTO chunks(label, id, work_id, chunk_no, doc, dense_hash, ym, kind, license,"
                           " source) VALUES (?,?,?,?,?,?,?,?,?,?)", new)
             if updated:
@@ -220,18 +242,21 @@ class Store:
                               [(label, *row) for label, row in zip(labels, code_rows, strict=True)])
             c.executemany("INSERT INTO journal(op, id, label) VALUES ('upsert',?,?)",
                           [(d.id, label) for label, d in zip(labels, docs, strict=True)])
-            return int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0) - len(docs) + 1
+            last = int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0)
+            c.executemany("INSERT INTO graph_dirty VALUES (?,?)", [(last, w) for w in moved])
+            return last - len(docs) + 1
 
     def delete(self, ids: Iterable[str]) -> list[str]:
         deleted: list[str] = []
         with self._transaction() as c:
             for id_ in ids:
-                row = c.execute("SELECT label FROM chunks WHERE id=?", (id_,)).fetchone()
+                row = c.execute("SELECT label, work_id FROM chunks WHERE id=?", (id_,)).fetchone()
                 if row is None:
                     continue
                 for table in ("chunks", "chunk_subjects", "chunk_cites", "vectors", "hdc"):
                     c.execute(f"DELETE FROM {table} WHERE label=?", (row[0],))
                 c.execute("INSERT INTO journal(op, id, label) VALUES ('delete',?,?)", (id_, row[0]))
+                c.execute("INSERT INTO graph_dirty VALUES (last_insert_rowid(), ?)", (row[1],))
                 deleted.append(id_)
         return deleted
 
@@ -417,32 +442,121 @@ class Store:
         return [WorkLinks(w, ym, tuple(sorted(cites.get(w, ()))), tuple(chunks.get(w, ()))) for w, ym in
                 self._read().execute("SELECT work_id, min(ym) FROM chunks GROUP BY work_id ORDER BY work_id")]
 
-    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary) -> None:
+    def work_links(self, work_ids: Sequence[str]) -> list[WorkLinks]:
+        """The links of those of `work_ids` that have chunks, in work id order, as citation_links
+        reads them."""
+        chunks: dict[str, list[tuple[int, str, int | None]]] = {}
+        for work, label, chunk, ym in self._rows_in("SELECT work_id, label, id, ym FROM chunks WHERE work_id IN"
+                                                    " ({marks})", list(dict.fromkeys(work_ids))):
+            chunks.setdefault(work, []).append((label, chunk, ym))
+        work_of = {label: work for work, rows in chunks.items() for label, _, _ in rows}
+        cites: dict[str, set[str]] = {}
+        for label, target in self._rows_in("SELECT label, target FROM chunk_cites WHERE label IN ({marks})",
+                                           list(work_of)):
+            cites.setdefault(work_of[label], set()).add(target)
+        out = []
+        for work in sorted(chunks):
+            dates = [ym for _, _, ym in chunks[work] if ym is not None]
+            out.append(WorkLinks(work, min(dates) if dates else None, tuple(sorted(cites.get(work, ()))),
+                                 tuple(sorted(c for _, c, _ in chunks[work] if not names_its_work(c, work)))))
+        return out
+
+    def chunk_works(self, ids: Sequence[str]) -> dict[str, str]:
+        return dict(self._rows_in("SELECT id, work_id FROM chunks WHERE id IN ({marks})", list(dict.fromkeys(ids))))
+
+    def graph_changes(self, since: int | None) -> tuple[int, list[str]]:
+        """The journal's last seq, and the works changed after `since` up to it: those of the
+        chunks upserted (through the journal's (op, seq) index) and those that chunks left."""
+        c = self._read()
+        top = int(c.execute("SELECT max(seq) FROM journal").fetchone()[0] or 0)
+        if since is None:
+            return top, []
+        works = {w for (w,) in c.execute("SELECT DISTINCT c.work_id FROM journal j JOIN chunks c ON c.label = j.label"
+                                         " WHERE j.op = 'upsert' AND j.seq > ? AND j.seq <= ?", (since, top))}
+        works.update(w for (w,) in c.execute("SELECT work_id FROM graph_dirty WHERE seq > ? AND seq <= ?",
+                                             (since, top)))
+        return top, sorted(works)
+
+    def set_graph(self, works: Mapping[str, Neighbors], summary: GraphSummary,
+                  state: GraphState | None = None) -> None:
         """Replace the graph and its summary in one transaction (lists as JSON, written by orjson:
-        a million works' three lists take 9 s with the json module)."""
-        dumps = orjson.dumps
-        rows = [(w, dumps(nb.cites).decode(), dumps(nb.cited_by).decode(), dumps(nb.cocited).decode(),
-                 nb.pagerank or 0.0, nb.authority or 0.0) for w, nb in works.items()]
+        a million works' three lists take 9 s with the json module); the works are nodes 0, 1, ...
+        in the order given (as a state from indexer.graph numbers them), and `state`, when given,
+        is kept for the next update."""
+        node = list(range(len(works)))  # a state numbers the indexed works first, in the order given
+        if state is not None:
+            pagerank, auth = state.pagerank, state.authority
+        else:
+            pagerank = np.array([nb.pagerank or 0.0 for nb in works.values()], dtype=np.float64)
+            auth = np.array([nb.authority or 0.0 for nb in works.values()], dtype=np.float64)
         with self._transaction() as c:
-            c.execute("DELETE FROM graph")
-            c.executemany("INSERT INTO graph VALUES (?,?,?,?,?,?)", rows)
+            c.execute("DELETE FROM graph_works")
+            c.execute("DELETE FROM graph_ranks")
+            c.execute("DELETE FROM graph_state")
+            _set_lists(c, works, node)
+            _set_ranks(c, pagerank, auth)
+            if state is not None:
+                _set_state(c, state)
             c.execute("INSERT OR REPLACE INTO meta VALUES ('graph', ?)", (json.dumps(summary.as_dict()),))
+
+    def update_graph_rows(self, works: Mapping[str, Neighbors], nodes: Sequence[int], gone: Sequence[str],
+                          state: GraphState, summary: GraphSummary) -> None:
+        """IncrementalGraphStore.update_graph_rows: with no works and none gone, only the
+        state's seq moves on (nothing the graph depends on changed)."""
+        with self._transaction() as c:
+            if works or gone:
+                _set_lists(c, works, nodes)
+                c.executemany("DELETE FROM graph_works WHERE work_id = ?", [(w,) for w in gone])
+                _set_ranks(c, state.pagerank, state.authority)
+                _set_state(c, state)
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('graph', ?)", (json.dumps(summary.as_dict()),))
+            else:
+                c.execute("INSERT OR REPLACE INTO graph_state VALUES ('seq', ?)", (orjson.dumps(state.seq),))
+                c.execute("DELETE FROM graph_dirty WHERE seq <= ?", (state.seq,))
+
+    def graph_state(self) -> GraphState | None:
+        """The state the last build kept (None where it kept none), its ranks read from their rows."""
+        c = self._read()
+        c.execute("BEGIN")  # one snapshot: the arrays of one build
+        try:
+            blobs = dict(c.execute("SELECT key, data FROM graph_state"))
+            ranks = c.execute("SELECT pagerank, authority FROM graph_ranks ORDER BY block").fetchall()
+        finally:
+            c.execute("COMMIT")
+        if not blobs.keys() >= _STATE_KEYS:  # none kept, or kept by an older version
+            return None
+        names = orjson.loads(blobs["names"])
+        n = len(names)
+        pagerank = np.concatenate([np.frombuffer(r[0], dtype=np.float64) for r in ranks] or [np.zeros(0)])[:n]
+        auth = np.concatenate([np.frombuffer(r[1], dtype=np.float64) for r in ranks] or [np.zeros(0)])[:n]
+        if len(pagerank) != n:
+            return None
+        params = orjson.loads(blobs["params"])
+        return GraphState(orjson.loads(blobs["seq"]), (float(params[0]), int(params[1])), names,
+                          np.frombuffer(blobs["rank"], dtype=np.int64),
+                          np.frombuffer(blobs["flags"], dtype=np.uint8).copy(),
+                          np.frombuffer(blobs["ym"], dtype=np.int64).copy(),
+                          np.frombuffer(blobs["digests"], dtype=np.uint64).reshape(-1, 2).copy(),
+                          np.frombuffer(blobs["edges"], dtype=np.int64), np.frombuffer(blobs["away"], dtype=np.int64),
+                          pagerank.copy(), auth.copy())
 
     def graph_summary(self) -> GraphSummary | None:
         raw = self.get_meta("graph")
         return None if raw is None else GraphSummary.of(raw)
 
     def neighbors(self, ids: Sequence[str]) -> dict[str, Neighbors]:
-        sql = ("SELECT c.id, g.cites, g.cited_by, g.cocited, g.pagerank, g.authority FROM chunks c"
-               " LEFT JOIN graph g ON g.work_id = c.work_id WHERE c.id IN ({marks})")
-        return {i: Neighbors() if cites is None else
-                Neighbors(tuple(json.loads(cites)), tuple(json.loads(by)), tuple(json.loads(co)), pr, auth)
-                for i, cites, by, co, pr, auth in self._rows_in(sql, list(dict.fromkeys(ids)))}
+        sql = ("SELECT c.id, g.cites, g.cited_by, g.cocited, g.node, r.pagerank, r.authority FROM chunks c"
+               " LEFT JOIN graph_works g ON g.work_id = c.work_id LEFT JOIN graph_ranks r"
+               f" ON r.block = g.node / {_RANK_BLOCK} WHERE c.id IN ({{marks}})")
+        return {i: Neighbors() if cites is None or pr is None else
+                Neighbors(tuple(json.loads(cites)), tuple(json.loads(by)), tuple(json.loads(co)),
+                          _rank(pr, node), _rank(auth, node))
+                for i, cites, by, co, node, pr, auth in self._rows_in(sql, list(dict.fromkeys(ids)))}
 
     def authority(self, ids: Sequence[str]) -> dict[str, float]:
-        sql = ("SELECT c.id, g.authority FROM chunks c JOIN graph g ON g.work_id = c.work_id"
-               " WHERE c.id IN ({marks})")
-        return dict(self._rows_in(sql, list(dict.fromkeys(ids))))
+        sql = ("SELECT c.id, g.node, r.authority FROM chunks c JOIN graph_works g ON g.work_id = c.work_id"
+               f" JOIN graph_ranks r ON r.block = g.node / {_RANK_BLOCK} WHERE c.id IN ({{marks}})")
+        return {i: _rank(auth, node) for i, node, auth in self._rows_in(sql, list(dict.fromkeys(ids)))}
 
     def missing_codes(self, ids: Sequence[str] | None = None) -> list[tuple[str, Document]]:
         return self._missing("hdc", None, ids)
@@ -542,6 +656,41 @@ class Store:
 
 
 HDC_FIELDS = ("topic", "claim", "role", "acts")
+
+
+_RANK_BLOCK = 256  # nodes whose ranks share a graph_ranks row
+_STATE_KEYS = {"seq", "params", "names", "rank", "flags", "ym", "digests", "edges", "away"}
+
+
+def _set_lists(c: sqlite3.Connection, works: Mapping[str, Neighbors], nodes: Sequence[int]) -> None:
+    dumps = orjson.dumps
+    c.executemany("INSERT OR REPLACE INTO graph_works VALUES (?,?,?,?,?)",
+                  [(w, node, dumps(nb.cites).decode(), dumps(nb.cited_by).decode(), dumps(nb.cocited).decode())
+                   for (w, nb), node in zip(works.items(), nodes, strict=True)])
+
+
+def _set_ranks(c: sqlite3.Connection, pagerank: np.ndarray, auth: np.ndarray) -> None:
+    """Every node's PageRank and authority, _RANK_BLOCK nodes a row."""
+    pagerank, auth = pagerank.astype(np.float64), auth.astype(np.float64)
+    c.execute("DELETE FROM graph_ranks WHERE block >= ?", (-(-len(pagerank) // _RANK_BLOCK),))
+    c.executemany("INSERT OR REPLACE INTO graph_ranks VALUES (?,?,?)",
+                  [(b, pagerank[lo:lo + _RANK_BLOCK].tobytes(), auth[lo:lo + _RANK_BLOCK].tobytes())
+                   for b, lo in enumerate(range(0, len(pagerank), _RANK_BLOCK))])
+
+
+def _set_state(c: sqlite3.Connection, state: GraphState) -> None:
+    """The arrays the next update starts from, and the seq up to which changes are in them."""
+    c.executemany("INSERT OR REPLACE INTO graph_state VALUES (?,?)", [
+        ("seq", orjson.dumps(state.seq)), ("params", orjson.dumps(list(state.params))),
+        ("names", orjson.dumps(state.names)), ("rank", state.rank.tobytes()), ("flags", state.flags.tobytes()),
+        ("ym", state.ym.tobytes()), ("digests", state.digests.tobytes()), ("edges", state.edges.tobytes()),
+        ("away", state.away.tobytes())])
+    c.execute("DELETE FROM graph_dirty WHERE seq <= ?", (state.seq,))
+
+
+def _rank(blob: bytes, node: int) -> float:
+    """A node's value in its graph_ranks row."""
+    return float(np.frombuffer(blob, dtype=np.float64)[node % _RANK_BLOCK])
 
 
 _READ_MMAP = 1 << 30  # bytes of the store a read connection maps (address space, not memory)
