@@ -109,3 +109,23 @@ def test_an_old_graph_layout_is_read_until_the_next_build(tmp_path) -> None:
         assert engine.graph_state() is None
         summary, built = update_graph(engine, force=True)
         assert built and engine.neighbors(["a", "b"]) == before
+
+
+def test_an_update_of_older_changes_than_the_stored_graph_writes_nothing(tmp_path) -> None:
+    """Two processes updating one graph: the one that read fewer changes does not overwrite the
+    other's (nor drop the record of works that chunks left, which the newer state has taken)."""
+    import dataclasses
+
+    with EmbeddedEngine(tmp_path / "idx") as engine:
+        engine.write([Document(id="a", title="A", text="x", cites=["b"]), Document(id="b", title="B", text="y")])
+        update_graph(engine)
+        stale = engine.graph_state()
+        summary = engine.graph_summary()
+        engine.write([Document(id="c", title="C", text="z", cites=["a"])])
+        assert update_graph(engine)[1]
+        newer = engine.neighbors(["a"])["a"]
+        assert newer.cited_by == ("c",)
+        old_rows = {"a": Neighbors(("b",), (), (), 0.5, 0.0)}
+        engine.update_graph_rows(old_rows, [0], [], stale, summary)
+        engine.set_graph(old_rows, summary, dataclasses.replace(stale, names=["a"]))
+        assert engine.neighbors(["a"])["a"] == newer and engine.graph_state().seq > stale.seq

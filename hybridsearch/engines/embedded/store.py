@@ -482,7 +482,8 @@ class Store:
         """Replace the graph and its summary in one transaction (lists as JSON, written by orjson:
         a million works' three lists take 9 s with the json module); the works are nodes 0, 1, ...
         in the order given (as a state from indexer.graph numbers them), and `state`, when given,
-        is kept for the next update."""
+        is kept for the next update, unless a graph of later changes was stored meanwhile (by
+        another process): then nothing is written."""
         node = list(range(len(works)))  # a state numbers the indexed works first, in the order given
         if state is not None:
             pagerank, auth = state.pagerank, state.authority
@@ -490,6 +491,8 @@ class Store:
             pagerank = np.array([nb.pagerank or 0.0 for nb in works.values()], dtype=np.float64)
             auth = np.array([nb.authority or 0.0 for nb in works.values()], dtype=np.float64)
         with self._transaction() as c:
+            if state is not None and _newer_graph(c, state):
+                return
             c.execute("DELETE FROM graph_works")
             c.execute("DELETE FROM graph_ranks")
             c.execute("DELETE FROM graph_state")
@@ -502,8 +505,11 @@ class Store:
     def update_graph_rows(self, works: Mapping[str, Neighbors], nodes: Sequence[int], gone: Sequence[str],
                           state: GraphState, summary: GraphSummary) -> None:
         """IncrementalGraphStore.update_graph_rows: with no works and none gone, only the
-        state's seq moves on (nothing the graph depends on changed)."""
+        state's seq moves on (nothing the graph depends on changed). Nothing is written where a
+        graph of later changes was stored meanwhile (by another process)."""
         with self._transaction() as c:
+            if _newer_graph(c, state):
+                return
             if works or gone:
                 _set_lists(c, works, nodes)
                 c.executemany("DELETE FROM graph_works WHERE work_id = ?", [(w,) for w in gone])
@@ -686,6 +692,12 @@ def _set_state(c: sqlite3.Connection, state: GraphState) -> None:
         ("ym", state.ym.tobytes()), ("digests", state.digests.tobytes()), ("edges", state.edges.tobytes()),
         ("away", state.away.tobytes())])
     c.execute("DELETE FROM graph_dirty WHERE seq <= ?", (state.seq,))
+
+
+def _newer_graph(c: sqlite3.Connection, state: GraphState) -> bool:
+    """Whether the stored graph state took in changes past `state`'s."""
+    row = c.execute("SELECT data FROM graph_state WHERE key = 'seq'").fetchone()
+    return row is not None and orjson.loads(row[0]) > state.seq
 
 
 def _rank(blob: bytes, node: int) -> float:
