@@ -144,8 +144,11 @@ class Store:
 
     def _graph_by_node(self) -> None:
         """Move the graph of a store written before graph_works (a row per work holding its ranks)
-        to the layout of now, once; the next update builds the graph anew (it has no state)."""
+        to the layout of now, once, in place of any a later version left (an index opened by an
+        older version in between); the next update builds the graph anew (it has no state)."""
         with self._transaction() as c:
+            for table in ("graph_works", "graph_ranks", "graph_state"):  # what a later version left, if any
+                c.execute(f"DELETE FROM {table}")
             rows = c.execute("SELECT work_id, cites, cited_by, cocited, pagerank, authority FROM graph"
                              " ORDER BY work_id").fetchall()
             c.executemany("INSERT OR REPLACE INTO graph_works VALUES (?,?,?,?,?)",
