@@ -324,12 +324,13 @@ def _changed(state: GraphState, changed: Sequence[str], links: Sequence[WorkLink
     """`state` with the works `changed` (their current `links`; the others of them left the index)
     taken in: their nodes, flags, dates, digests and links resolved as _build resolves them,
     the links kept as the edges (not yet oriented); with the nodes whose input did change, and
-    those whose indexed flag did. None where a chunk not naming its work comes or goes: then a
-    citation elsewhere may name another node, and only a full build sees it."""
+    those whose indexed flag did. None where a chunk not naming its work comes or goes, or a work
+    whose id looks like a chunk's (`work#n`): then a citation elsewhere may name another node,
+    and only a full build sees it."""
     names = list(state.names)
     node = {name: i for i, name in enumerate(names)}
-    if any(w.chunks for w in links) or any(
-            (i := node.get(w)) is not None and state.flags[i] & GRAPH_ALIASED for w in changed):
+    if any(w.chunks for w in links) or any(named_work(w) != w or (i := node.get(w)) is not None
+                                           and state.flags[i] & GRAPH_ALIASED for w in changed):
         return None
     for w in links:  # a new work takes a node (a missing target's of its name, if there is one)
         if w.work_id not in node:

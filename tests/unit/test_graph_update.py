@@ -88,6 +88,11 @@ def test_updates_store_what_a_whole_build_gives(tmp_path, monkeypatch, seed) -> 
         engine.write([Document(id="part", work_id=live[0], title="a part", text="p")])
         assert update_graph(engine)[1] and full_builds and reads
         _check(engine, live + ["part"])
+        # so does a work whose id reads as a chunk's (work#n): leaving, it would be cited as `work`
+        full_builds.clear()
+        engine.write([Document(id="odd#1", work_id="odd#1", title="odd", text="o", cites=[live[1]])])
+        assert update_graph(engine)[1] and full_builds
+        _check(engine, live + ["part", "odd#1"])
 
 
 def test_an_old_graph_layout_is_read_until_the_next_build(tmp_path) -> None:
