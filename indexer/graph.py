@@ -177,7 +177,7 @@ def _build(links: Sequence[WorkLinks], damping: float, cocited_max: int, progres
                 citing.append(a)
                 cited.append(t)
     n, n_works = len(names), len(works)
-    keys = np.unique(np.array(citing, dtype=np.int64) << _SHIFT | np.array(cited, dtype=np.int64))
+    keys = _distinct(np.array(citing, dtype=np.int64) << _SHIFT | np.array(cited, dtype=np.int64))
     flags = np.zeros(n, dtype=np.uint8)
     flags[:n_works] = GRAPH_INDEXED
     dates = np.zeros(n, dtype=np.int64)
@@ -386,7 +386,7 @@ def _changed(state: GraphState, changed: Sequence[str], links: Sequence[WorkLink
     mask = np.zeros(n, dtype=bool)
     mask[dirty] = True
     raw = raw[~mask[raw >> _SHIFT]]
-    links_now = np.unique(np.array(citing, dtype=np.int64) << _SHIFT | np.array(cited, dtype=np.int64))
+    links_now = _distinct(np.array(citing, dtype=np.int64) << _SHIFT | np.array(cited, dtype=np.int64))
     links_now = links_now[mask[links_now >> _SHIFT]]
     raw = np.insert(raw, np.searchsorted(raw, links_now), links_now)
     return (GraphState(state.seq, state.params, names, rank, flags, dates, digests, raw, state.away[:0],
@@ -409,15 +409,17 @@ def _relinked(old: GraphState, linked: GraphState, dirty: np.ndarray, flipped: n
     # an edge can only change where it touches a changed node: its links, date or being indexed
     touch = _mask(n, dirty)
     near_old = old.edges[touch[old.edges >> _SHIFT] | touch[old.edges & _LOW]]
-    changed = np.setxor1d(near_old, edges[touch[edges >> _SHIFT] | touch[edges & _LOW]])
-    citers = np.unique(changed >> _SHIFT)
+    both, count = np.unique(np.concatenate([near_old, edges[touch[edges >> _SHIFT] | touch[edges & _LOW]]]),
+                            return_counts=True)
+    changed = both[count == 1]  # in one of the two: each holds an edge once
+    citers = _distinct(changed >> _SHIFT)
     # a work's co-cited list changes where one of its citers cites otherwise, or where a work
     # cited with it comes into the index or leaves it
     flipped_citers = np.concatenate([keys[_mask(n, flipped)[keys & _LOW]] >> _SHIFT for keys in (old.edges, edges)])
     redo = np.concatenate([dirty, citers, *(_targets(keys, _mask(n, nodes))
                                                           for keys in (old.edges, edges)
                                                           for nodes in (citers, flipped_citers))])
-    rows = np.unique(redo)
+    rows = _distinct(redo)
     rows = rows[indexed[rows]]
     names = linked.names
     cites, cited_by, cocited = _lists(edges, _starts(edges, n), rows, indexed, np.array(names, dtype=object),
@@ -433,6 +435,13 @@ def _relinked(old: GraphState, linked: GraphState, dirty: np.ndarray, flipped: n
     gone = [names[i] for i in flipped.tolist() if not indexed[i]]
     state = dataclasses.replace(linked, edges=edges, away=away, pagerank=pr, authority=auth)
     return works, rows.tolist(), gone, state, live
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (np.unique without counts hashes: 15 to 60 times slower at a
+    million values on numpy 2.4)."""
+    out = np.sort(values)
+    return out[np.diff(out, prepend=out[:1] - 1) != 0] if len(out) else out
 
 
 def _mask(n: int, nodes: np.ndarray) -> np.ndarray:
@@ -463,9 +472,9 @@ def _lists(edges: np.ndarray, ptr: np.ndarray, rows: np.ndarray, indexed: np.nda
     targets = edges & _LOW
     out = targets[_ranges(ptr[rows], ptr[rows + 1])]
     out_row = np.repeat(np.arange(len(rows)), ptr[rows + 1] - ptr[rows])
-    out = out[np.lexsort((rank[out], out_row))]
+    out = out[_ordered(out_row, rank[out])]
     inbound = edges[_mask(n, rows)[targets]]  # citer -> a row
-    inbound = inbound[np.lexsort((rank[inbound >> _SHIFT], inbound & _LOW))]
+    inbound = inbound[_ordered(inbound & _LOW, rank[inbound >> _SHIFT])]
     row_of, citer = inbound & _LOW, inbound >> _SHIFT
     # co-citations: each (row, citer) pair spread over the citer's own targets, counted per pair
     spans = ptr[citer + 1] - ptr[citer]
@@ -473,13 +482,22 @@ def _lists(edges: np.ndarray, ptr: np.ndarray, rows: np.ndarray, indexed: np.nda
     keep = (other != row) & indexed[other]
     pair, count = np.unique(row[keep] << _SHIFT | other[keep], return_counts=True)
     row, other = pair >> _SHIFT, pair & _LOW
-    order = np.lexsort(((int(count.max(initial=0)) - count) << _SHIFT | rank[other], row))
+    order = _ordered(row, (int(count.max(initial=0)) - count) << int(rank.max(initial=0)).bit_length() | rank[other])
     row, other = row[order], other[order]
     lo, hi = np.searchsorted(row, rows), np.searchsorted(row, rows, side="right")
     hi = np.minimum(hi, lo + max(limit, 0))
     return (_named(out, ptr[rows + 1] - ptr[rows], names),
             _named(citer, np.searchsorted(row_of, rows, side="right") - np.searchsorted(row_of, rows), names),
             _named(other[_ranges(lo, hi)], hi - lo, names))
+
+
+def _ordered(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
+    """The order of pairs (major, minor) of distinct non-negative integers: one sort of one key
+    where both fit in 63 bits (a third of the time of lexsort's two)."""
+    bits = int(minor.max(initial=0)).bit_length()
+    if int(major.max(initial=0)).bit_length() + bits > 63:
+        return np.lexsort((minor, major))
+    return np.argsort(major << bits | minor)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

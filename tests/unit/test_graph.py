@@ -197,3 +197,9 @@ def test_links_hash_covers_input_and_parameters() -> None:
     assert links_hash(base[:1], 0.85, 20) != h
     assert links_hash(base, 0.9, 20) != h and links_hash(base, 0.85, 5) != h
     assert build([])[1].works == 0
+
+
+def test_pairs_are_ordered_by_one_key_or_by_two_where_they_do_not_fit_one() -> None:
+    major, minor = np.array([3, 0, 3, 1]), np.array([5, 9, 2, 0])
+    assert graph._ordered(major, minor).tolist() == [1, 3, 2, 0]
+    assert graph._ordered(major << 40, minor << 30).tolist() == [1, 3, 2, 0]  # 42 + 33 bits: lexsort
