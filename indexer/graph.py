@@ -277,7 +277,7 @@ def update_graph(holder: GraphHolder, *, force: bool = False, progress: Progress
     if isinstance(holder, IncrementalGraphStore):
         state = holder.graph_state() if old is not None and not force else None
         if state is not None and state.params == (s.graph_damping, s.graph_cocited_max):
-            done = _update(holder, state, old) if old is not None else None
+            done = _update(holder, state, old, progress) if old is not None else None
             if done is not None:
                 return done
         seq = holder.graph_changes(None)[0]  # read before the links: what is written after is the next update's
@@ -296,15 +296,17 @@ def update_graph(holder: GraphHolder, *, force: bool = False, progress: Progress
     return summary, True
 
 
-def _update(holder: IncrementalGraphStore, state: GraphState, old: GraphSummary
+def _update(holder: IncrementalGraphStore, state: GraphState, old: GraphSummary, progress: Progress | None
             ) -> tuple[GraphSummary, bool] | None:
     """Bring the stored graph up to date from `state` (see update_graph); None where the whole
-    graph must be built instead."""
+    graph must be built instead. `progress` is called as ("citation graph: update", step, 3)."""
     start = time.perf_counter()
+    step = progress or (lambda what, done, total: None)
     seq, changed = holder.graph_changes(state.seq)
     live = old.works + old.missing
     if len(changed) > FULL_SHARE * len(state.names) or len(state.names) > (1 + FULL_SHARE) * live:
         return None  # a build costs less, or numbers the nodes afresh
+    step("citation graph: update", 0, 3)
     done = _changed(state, changed, holder.work_links(changed), holder.chunk_works)
     if done is None:
         return None
@@ -312,9 +314,12 @@ def _update(holder: IncrementalGraphStore, state: GraphState, old: GraphSummary
     if not len(dirty):  # nothing that the graph depends on changed: only the journal moved on
         holder.update_graph_rows({}, [], [], dataclasses.replace(state, seq=seq), old)
         return old, False
+    step("citation graph: update", 1, 3)
     works, nodes, gone, state, alive = _relinked(state, linked, dirty, flipped)
     summary = _summary(state, alive, start)
+    step("citation graph: update", 2, 3)
     holder.update_graph_rows(works, nodes, gone, dataclasses.replace(state, seq=seq), summary)
+    step("citation graph: update", 3, 3)
     return summary, True
 
 

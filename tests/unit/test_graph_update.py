@@ -80,7 +80,10 @@ def test_updates_store_what_a_whole_build_gives(tmp_path, monkeypatch, seed) -> 
                 engine.write([engine.get([moved])[moved].model_copy(update={"id": f"{moved}#9", "work_id": moved})])
                 same = rnd.choice(live)
                 engine.write([engine.get([same])[same].model_copy(update={"text": "new words"})])
-            summary, built = update_graph(engine)
+            steps: list[tuple[str, int, int]] = []
+            summary, built = update_graph(engine, progress=lambda *a, into=steps: into.append(a))
+            assert steps[0] == ("citation graph: update", 0, 3)
+            assert not built or steps[1:] == [("citation graph: update", k, 3) for k in (1, 2, 3)]
             _check(engine, live)
         assert not full_builds and not reads  # every update above read only the works it changed
         # nothing changed: nothing built; a chunk not naming its work changes what citing it means: a full build
