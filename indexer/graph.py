@@ -190,13 +190,13 @@ def _build(links: Sequence[WorkLinks], damping: float, cocited_max: int, progres
             flags[node[w.work_id]] |= GRAPH_ALIASED
     keys, away = _orient(keys, dates, flags)
     src, dst = keys >> _SHIFT, keys & _LOW  # the distinct edges, in (citing, cited) order
+    indexed = np.arange(n) < n_works
     pr = pagerank(n, src, dst, damping)
-    auth = authority(pr, np.arange(n) < n_works)
+    auth = authority(pr, indexed)
     order = sorted(range(n), key=names.__getitem__)
     rank = np.empty(n, dtype=np.int64)  # each node's place in name order
     rank[order] = np.arange(n)
     prs, auths = pr.tolist(), auth.tolist()
-    indexed = np.arange(n) < n_works
     # a block of works at a time: a work's co-citations cost one product per work cited by each
     # of its citers (a survey citing 6,000 works makes each of them cost 6,000); a block holds at
     # most _COCITATION_PRODUCTS of them, or one work whose products alone are more
@@ -224,8 +224,8 @@ def _summary(state: GraphState, live: np.ndarray, start: float) -> GraphSummary:
     """The summary of the graph `state` holds (`live`: its nodes that count), built since `start`."""
     has_out = np.zeros(len(live), dtype=bool)
     has_out[state.edges >> _SHIFT] = True
-    works = int((state.flags & GRAPH_INDEXED).astype(bool).sum())
     indexed = (state.flags & GRAPH_INDEXED).astype(bool)
+    works = int(indexed.sum())
     return GraphSummary(hash=_input_hash(state.digests[indexed], *state.params), works=works,
                         edges=len(state.edges), oriented=len(state.away), missing=int(live.sum()) - works,
                         dangling=int((live & ~has_out).sum()), pagerank_sum=float(state.pagerank[live].sum()),
@@ -275,11 +275,12 @@ def update_graph(holder: GraphHolder, *, force: bool = False, progress: Progress
     old = holder.graph_summary()
     seq, state = -1, None
     if isinstance(holder, IncrementalGraphStore):
-        state = holder.graph_state() if old is not None and not force else None
-        if state is not None and state.params == (s.graph_damping, s.graph_cocited_max):
-            done = _update(holder, state, old, progress) if old is not None else None
-            if done is not None:
-                return done
+        if old is not None and not force:
+            state = holder.graph_state()
+            if state is not None and state.params == (s.graph_damping, s.graph_cocited_max):
+                done = _update(holder, state, old, progress)
+                if done is not None:
+                    return done
         seq = holder.graph_changes(None)[0]  # read before the links: what is written after is the next update's
     links = holder.citation_links()
     digests = _digests(links)
@@ -388,8 +389,7 @@ def _changed(state: GraphState, changed: Sequence[str], links: Sequence[WorkLink
     if not len(dirty):
         return state, dirty, flipped
     raw = np.sort(np.concatenate([state.edges, state.away]))
-    mask = np.zeros(n, dtype=bool)
-    mask[dirty] = True
+    mask = _mask(n, dirty)
     raw = raw[~mask[raw >> _SHIFT]]
     links_now = _distinct(np.array(citing, dtype=np.int64) << _SHIFT | np.array(cited, dtype=np.int64))
     links_now = links_now[mask[links_now >> _SHIFT]]
@@ -420,10 +420,10 @@ def _relinked(old: GraphState, linked: GraphState, dirty: np.ndarray, flipped: n
     citers = _distinct(changed >> _SHIFT)
     # a work's co-cited list changes where one of its citers cites otherwise, or where a work
     # cited with it comes into the index or leaves it
-    flipped_citers = np.concatenate([keys[_mask(n, flipped)[keys & _LOW]] >> _SHIFT for keys in (old.edges, edges)])
-    redo = np.concatenate([dirty, citers, *(_targets(keys, _mask(n, nodes))
-                                                          for keys in (old.edges, edges)
-                                                          for nodes in (citers, flipped_citers))])
+    into_flipped = _mask(n, flipped)
+    citing = [_mask(n, citers),
+              _mask(n, np.concatenate([keys[into_flipped[keys & _LOW]] >> _SHIFT for keys in (old.edges, edges)]))]
+    redo = np.concatenate([dirty, citers, *(_targets(keys, mask) for keys in (old.edges, edges) for mask in citing)])
     rows = _distinct(redo)
     rows = rows[indexed[rows]]
     names = linked.names

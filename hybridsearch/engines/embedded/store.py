@@ -520,8 +520,7 @@ class Store:
                 _set_state(c, state)
                 c.execute("INSERT OR REPLACE INTO meta VALUES ('graph', ?)", (json.dumps(summary.as_dict()),))
             else:
-                c.execute("INSERT OR REPLACE INTO graph_state VALUES ('seq', ?)", (orjson.dumps(state.seq),))
-                c.execute("DELETE FROM graph_dirty WHERE seq <= ?", (state.seq,))
+                _set_seq(c, state.seq)
 
     def graph_state(self) -> GraphState | None:
         """The state the last build kept (None where it kept none), its ranks read from their rows."""
@@ -690,11 +689,16 @@ def _set_ranks(c: sqlite3.Connection, pagerank: np.ndarray, auth: np.ndarray) ->
 def _set_state(c: sqlite3.Connection, state: GraphState) -> None:
     """The arrays the next update starts from, and the seq up to which changes are in them."""
     c.executemany("INSERT OR REPLACE INTO graph_state VALUES (?,?)", [
-        ("seq", orjson.dumps(state.seq)), ("params", orjson.dumps(list(state.params))),
-        ("names", orjson.dumps(state.names)), ("rank", state.rank.tobytes()), ("flags", state.flags.tobytes()),
-        ("ym", state.ym.tobytes()), ("digests", state.digests.tobytes()), ("edges", state.edges.tobytes()),
-        ("away", state.away.tobytes())])
-    c.execute("DELETE FROM graph_dirty WHERE seq <= ?", (state.seq,))
+        ("params", orjson.dumps(list(state.params))), ("names", orjson.dumps(state.names)),
+        ("rank", state.rank.tobytes()), ("flags", state.flags.tobytes()), ("ym", state.ym.tobytes()),
+        ("digests", state.digests.tobytes()), ("edges", state.edges.tobytes()), ("away", state.away.tobytes())])
+    _set_seq(c, state.seq)
+
+
+def _set_seq(c: sqlite3.Connection, seq: int) -> None:
+    """The journal seq up to which the graph state took changes in; their records of works left go."""
+    c.execute("INSERT OR REPLACE INTO graph_state VALUES ('seq', ?)", (orjson.dumps(seq),))
+    c.execute("DELETE FROM graph_dirty WHERE seq <= ?", (seq,))
 
 
 def _newer_graph(c: sqlite3.Connection, state: GraphState) -> bool:
