@@ -21,24 +21,38 @@ EMPTY_FIELD_TOKEN = "\ue000"
 K = TypeVar("K", bound=Hashable)
 
 
-def indexed_tokens(tokens: Sequence[str]) -> list[str]:
-    """The tokens an engine indexes for one scored field: its analysed tokens, or the placeholder."""
-    return list(tokens) if tokens else [EMPTY_FIELD_TOKEN]
+def document_joined(analyzer: Analyzer, doc: Document, fields: Sequence[str] = SCORED_FIELDS
+                    ) -> dict[str, tuple[str, int]]:
+    """A chunk's analysed tokens per scored field, joined by single spaces, and how many: what both
+    engines index and BM25 counts. A joined field (JOINED_FIELDS) holds its parts' tokens, one
+    after the other. An empty field is ("", 0) (`indexed_joined` gives what is indexed for it)."""
+    own: dict[str, tuple[str, int]] = {}
+
+    def joined(f: str) -> tuple[str, int]:
+        got = own.get(f)
+        if got is None:
+            if f in JOINED_FIELDS:
+                parts = [p for p in map(joined, JOINED_FIELDS[f]) if p[1]]
+                got = (" ".join(s for s, _ in parts), sum(n for _, n in parts))
+            else:
+                s = (" ".join(analyzer.analyze_many(doc.subjects)) if f == "subjects"
+                     else analyzer.joined(getattr(doc, f)))
+                got = (s, s.count(" ") + 1 if s else 0)
+            own[f] = got
+        return got
+
+    return {f: joined(f) for f in fields}
+
+
+def indexed_joined(joined: str, n: int) -> tuple[str, int]:
+    """What an engine indexes for one scored field of `n` tokens joined by spaces, and its length:
+    the tokens, or the placeholder alone when there are none."""
+    return (joined, n) if n else (EMPTY_FIELD_TOKEN, 1)
 
 
 def document_tokens(analyzer: Analyzer, doc: Document, fields: Sequence[str] = SCORED_FIELDS) -> dict[str, list[str]]:
-    """A chunk's analysed tokens per scored field: what both engines index and BM25 counts. A
-    joined field (JOINED_FIELDS) holds its parts' tokens, one after the other."""
-    own: dict[str, list[str]] = {}
-
-    def tokens(f: str) -> list[str]:
-        if f not in own:
-            own[f] = (analyzer.analyze_many(doc.subjects) if f == "subjects" else
-                      [t for part in JOINED_FIELDS[f] for t in tokens(part)] if f in JOINED_FIELDS else
-                      analyzer.analyze(getattr(doc, f)))
-        return own[f]
-
-    return {f: tokens(f) for f in fields}
+    """document_joined's tokens as lists (BM25 rescoring counts them)."""
+    return {f: s.split(" ") if n else [] for f, (s, n) in document_joined(analyzer, doc, fields).items()}
 
 
 def bm25_idf(num_docs: int, df: int) -> float:

@@ -57,7 +57,7 @@ from hybridsearch.errors import (
     UnsupportedCapabilityError,
     ValidationError,
 )
-from hybridsearch.hdc import HdcEncoder
+from hybridsearch.hdc import FIELDS, NBYTES, HdcEncoder
 from hybridsearch.hdc.encoder import document_texts
 from hybridsearch.models import Document
 from indexer.graph import update_graph
@@ -295,12 +295,14 @@ class HdcAhead:
         assert self.encoder is not None
         done = None if ticket is None or self._helper is None else self._helper.result(ticket)
         if done is not None:
+            codes, present, joined = done
             remember = self.encoder.analyzer.remember
-            for d, (_, tokens) in zip(batch, done, strict=True):
-                for text, toks in zip(document_texts(d), tokens, strict=True):
-                    if text and toks is not None:
-                        remember(text, toks)
-            return {d.id: codes for d, (codes, _) in zip(batch, done, strict=True)}
+            for d, analysed in zip(batch, joined, strict=True):
+                for text, tokens in zip(document_texts(d), analysed, strict=True):
+                    if text and tokens is not None:
+                        remember(text, tokens)
+            return {d.id: {f: codes[i, j] for j, f in enumerate(FIELDS) if present[i, j]}
+                    for i, d in enumerate(batch)}
         if ticket is not None and self._helper is not None:
             _log.warning("the HDC helper process ended; encoding HDC codes in this process")
             self.close()
@@ -312,7 +314,9 @@ class HdcAhead:
             self._helper = None
 
 
-Analysed = tuple[dict[str, np.ndarray], list[list[str] | None]]  # a document's codes, and its texts' tokens
+# a batch's codes (documents x FIELDS x bytes), which of them each document has, and each
+# document's texts' tokens joined by spaces (None: an empty text)
+Analysed = tuple[np.ndarray, np.ndarray, list[tuple[str | None, ...]]]
 
 
 class _Helper:
@@ -328,7 +332,7 @@ class _Helper:
         self._proc = subprocess.Popen([sys.executable, "-c", "from indexer.pipeline import _helper_main; "
                                        "_helper_main()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._outbox: queue.Queue[tuple[int, Any] | None] = queue.Queue()
-        self._answers: dict[int, list[Analysed]] = {}
+        self._answers: dict[int, Analysed] = {}
         self._gone = False
         self._cond = threading.Condition()
         self._next = 0
@@ -343,7 +347,7 @@ class _Helper:
         self._outbox.put((self._next, texts))
         return self._next
 
-    def result(self, ticket: int) -> list[Analysed] | None:
+    def result(self, ticket: int) -> Analysed | None:
         """The answer to `ticket`, or None once the helper has ended without giving it."""
         with self._cond:
             self._cond.wait_for(lambda: ticket in self._answers or self._gone)
@@ -392,7 +396,7 @@ class _Helper:
 
 def _helper_main() -> None:
     """The helper process: the index's options (lexicon, ngrams, ties), then (ticket, the texts of
-    a batch's documents) in turn, each answered with (ticket, their codes and tokens)."""
+    a batch's documents) in turn, each answered with (ticket, Analysed)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the ingest, which then ends this input
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write into the answers' pipe
@@ -404,8 +408,14 @@ def _helper_main() -> None:
         except EOFError:
             return
         tokens = [encoder.analyse_texts(t) for t in texts]
-        answer = list(zip(encoder.encode_analysed(tokens), tokens, strict=True))
-        pickle.dump((ticket, answer), out, protocol=pickle.HIGHEST_PROTOCOL)
+        codes = np.zeros((len(texts), len(FIELDS), NBYTES), dtype=np.uint8)
+        present = np.zeros((len(texts), len(FIELDS)), dtype=bool)
+        for i, doc_codes in enumerate(encoder.encode_analysed(tokens)):
+            for j, f in enumerate(FIELDS):
+                if f in doc_codes:
+                    codes[i, j], present[i, j] = doc_codes[f], True
+        joined = [tuple(None if t is None else " ".join(t) for t in doc) for doc in tokens]
+        pickle.dump((ticket, (codes, present, joined)), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
 

@@ -10,7 +10,7 @@ whitespace tokenizer's 255 UTF-16 code units is emitted in the pieces that token
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from itertools import chain
 
 import Stemmer
@@ -42,13 +42,19 @@ class Analyzer:
         self.lexicon = lexicon if lexicon is not None else Lexicon.from_env()
         self._stemmer = Stemmer.Stemmer("porter")
         self._cache: dict[str, list[str]] = {}
-        self._texts: dict[str, tuple[str, ...]] = {}
+        self._texts: dict[str, str] = {}  # text -> its tokens joined by single spaces
 
     def normalize(self, text: str) -> str:
         return normalize(text, self.lexicon).lower()
 
     def analyze(self, text: str) -> list[str]:
         """Text -> the token stream the BM25 index holds (a new list each call)."""
+        joined = self.joined(text)
+        return joined.split(" ") if joined else []
+
+    def joined(self, text: str) -> str:
+        """The tokens of `text` joined by single spaces (no token holds whitespace), as an engine
+        indexes them: the form this analyzer keeps for the texts it analysed last."""
         done = self._texts.get(text)
         if done is None:
             words = self.normalize(text).split()
@@ -58,22 +64,23 @@ class Analyzer:
             for raw in set(words).difference(cache):
                 cache[raw] = self._token(raw)
             try:
-                done = tuple(chain.from_iterable(map(cache.__getitem__, words)))
+                done = " ".join(chain.from_iterable(map(cache.__getitem__, words)))
             except KeyError:  # another thread emptied the cache meanwhile
-                done = tuple(t for w in words for t in self._token(w))
+                done = " ".join(t for w in words for t in self._token(w))
             self.remember(text, done)
-        return list(done)
+        return done
 
-    def remember(self, text: str, tokens: Sequence[str]) -> None:
-        """Keep `tokens` as the analysis of `text` (analyze gives them without analysing it again):
-        for tokens analysed elsewhere, by this analyzer's rules."""
+    def remember(self, text: str, joined: str) -> None:
+        """Keep `joined` (tokens joined by single spaces) as the analysis of `text` (analyze and
+        joined give it without analysing again): for tokens analysed elsewhere, by this analyzer's
+        rules."""
         texts = self._texts
         if len(texts) >= _TEXTS_LIMIT:
             try:
                 texts.pop(next(iter(texts)), None)
             except (RuntimeError, StopIteration):  # another thread changed the dict meanwhile
                 texts.clear()
-        texts[text] = tuple(tokens)
+        texts[text] = joined
 
     def analyze_many(self, texts: Iterable[str]) -> list[str]:
         out: list[str] = []

@@ -408,14 +408,14 @@ def test_an_index_analysed_with_older_rules_says_so(admin, name, caplog, tmp_pat
 def test_chunks_written_before_the_joined_field_are_refused_until_a_reindex_fills_it(admin, name) -> None:
     from hybridsearch.engines.opensearch import queries as Q
     from hybridsearch.errors import EngineError
-    from hybridsearch.scoring import document_tokens
+    from hybridsearch.scoring import document_joined
 
     admin.create(name)
     engine = admin.engine(name)
     docs = [Document(id="both", title="Heine-Borel theorem", text="Compact sets are closed and bounded."),
             Document(id="text", text="Bounded maps of closed sets."),
             Document(id="title", title="Closed graph theorem", subjects=["analysis"])]
-    fresh = {d.id: Q.to_source(d, document_tokens(engine.analyzer, d), "", None, None) for d in docs}
+    fresh = {d.id: Q.to_source(d, document_joined(engine.analyzer, d), "", None, None) for d in docs}
     # the chunks as a version without `title_text` wrote them
     for d in docs:
         src = json.loads(json.dumps(fresh[d.id]))
@@ -442,7 +442,7 @@ def test_an_index_made_before_passages_lists_its_chunks_to_embed(admin, name) ->
     the field into its mapping, and `embed` then completes them."""
     from hybridsearch.engines.embedded.store import hash_text
     from hybridsearch.engines.opensearch import queries as Q
-    from hybridsearch.scoring import document_tokens
+    from hybridsearch.scoring import document_joined
 
     status = admin.status(admin.create(name).name)
     v1 = f"{name}-v1"
@@ -458,7 +458,7 @@ def test_an_index_made_before_passages_lists_its_chunks_to_embed(admin, name) ->
     vec = np.zeros(384, dtype=np.float32)
     vec[0] = 1.0
     admin.client.index(index=v1, id="old", params={"refresh": "true"},
-                       body=Q.to_source(doc, document_tokens(engine.analyzer, doc), str(hash_text(doc.dense_text)),
+                       body=Q.to_source(doc, document_joined(engine.analyzer, doc), str(hash_text(doc.dense_text)),
                                         vec, None))
     assert engine.passage_score(vec, ["old"]) == {}
     assert [i for i, _ in engine.missing_vectors()] == ["old"]

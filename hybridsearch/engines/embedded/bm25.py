@@ -18,7 +18,7 @@ from hybridsearch.engines import rules_named
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.errors import EngineError
 from hybridsearch.models import BM25_FIELD_WEIGHTS, SCORED_FIELDS, Bm25Mode, Document, Filters
-from hybridsearch.scoring import document_tokens, indexed_tokens, merge_term_weights
+from hybridsearch.scoring import document_joined, indexed_joined, merge_term_weights
 
 _APPLIED = "applied.json"
 # what the index holds, besides its schema: 2 = empty scored fields hold the placeholder token,
@@ -192,11 +192,11 @@ class Bm25Index:
         doc = tantivy.Document()
         doc.add_text("id", d.id)
         doc.add_unsigned("label", label)
-        for f, tokens in document_tokens(self.analyzer, d).items():
-            indexed = indexed_tokens(tokens)
-            doc.add_text(f, " ".join(indexed))
-            doc.add_unsigned(f"len_{f}", len(indexed))
-            if tokens:
+        for f, (joined, n) in document_joined(self.analyzer, d).items():
+            text, length = indexed_joined(joined, n)
+            doc.add_text(f, text)
+            doc.add_unsigned(f"len_{f}", length)
+            if n:
                 self.fields_present.add(f)
         for s in d.subjects:
             doc.add_text("subj", norm_key(s))

@@ -71,7 +71,7 @@ from hybridsearch.models import (
     RankedList,
     check_unique_ids,
 )
-from hybridsearch.scoring import bm25_idf, document_tokens, merge_term_weights, rescore_bm25, unzip
+from hybridsearch.scoring import bm25_idf, document_joined, merge_term_weights, rescore_bm25, unzip
 
 _log = logging.getLogger("hybridsearch.opensearch")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,200}$")
@@ -515,7 +515,7 @@ class OpenSearchEngine:
 
         def actions() -> Iterator[dict[str, Any]]:  # built while earlier chunks are being indexed
             for i, (d, h) in enumerate(zip(docs, hashes, strict=True)):
-                src = Q.to_source(d, document_tokens(self.analyzer, d), h, None if vecs is None else vecs[i],
+                src = Q.to_source(d, document_joined(self.analyzer, d), h, None if vecs is None else vecs[i],
                                   None if code_sets is None else code_sets[i], None if pas is None else pas[i])
                 src.update(kept[d.id])
                 o = old.get(d.id)

@@ -19,7 +19,7 @@ from hybridsearch.engines import Neighbors
 from hybridsearch.engines.embedded.store import norm_key
 from hybridsearch.hdc import DIM as HDC_DIM
 from hybridsearch.models import JOINED_FIELDS, SCORED_FIELDS, Bm25Mode, DocInfo, Document, Filters
-from hybridsearch.scoring import EMPTY_FIELD_TOKEN, indexed_tokens
+from hybridsearch.scoring import EMPTY_FIELD_TOKEN, indexed_joined
 
 KnnEngine = Literal["lucene", "faiss"]
 # the space type the dense field is mapped with, per k-NN engine: Lucene scores cosine natively;
@@ -106,15 +106,16 @@ def packed_to_int8(code: np.ndarray) -> list[int]:
     return np.asarray(code, dtype=np.uint8).view(np.int8).tolist()
 
 
-def to_source(doc: Document, tokens: Mapping[str, list[str]], dense_hash: str, vector: np.ndarray | None,
+def to_source(doc: Document, tokens: Mapping[str, tuple[str, int]], dense_hash: str, vector: np.ndarray | None,
               codes: Mapping[str, np.ndarray] | None, passages: np.ndarray | None = None) -> dict[str, Any]:
     """The indexed form of a chunk: the document's own fields, its analysed tokens per scored
-    field, normalised filter keys, and its vector, passage vectors and codes when it has them."""
+    field (hybridsearch.scoring.document_joined), normalised filter keys, and its vector, passage
+    vectors and codes when it has them."""
     src: dict[str, Any] = doc.model_dump(exclude_defaults=True)
     src["id"], src["work_id"] = doc.id, doc.work_id
-    indexed = {f: indexed_tokens(t) for f, t in tokens.items()}
-    src["bm25"] = {f: " ".join(t) for f, t in indexed.items()}
-    src["bm25_len"] = {f: len(t) for f, t in indexed.items()}
+    indexed = {f: indexed_joined(*t) for f, t in tokens.items()}
+    src["bm25"] = {f: text for f, (text, _) in indexed.items()}
+    src["bm25_len"] = {f: n for f, (_, n) in indexed.items()}
     src["keys"] = {"subjects": [norm_key(s) for s in doc.subjects],
                    "kind": norm_key(doc.kind) if doc.kind else None,
                    "license": norm_key(doc.license) if doc.license else None}
