@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Iterable
-from itertools import chain
+from itertools import chain, islice
 
 import Stemmer
 
@@ -20,7 +20,7 @@ from hybridsearch.analysis.stopwords import ENGLISH_STOPWORDS
 
 EDGE_PUNCTUATION = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u00b7\u2022\u00bf\u00a1"
 _CACHE_LIMIT = 400_000
-# texts whose tokens are kept (the oldest dropped first): an ingest batch analyses each of its texts
+# texts whose tokens are kept (the older half dropped when full): an ingest batch analyses each of its texts
 # twice, for the HDC codes and for BM25, and a few thousand texts span a batch
 _TEXTS_LIMIT = 8192
 # Lucene's whitespace tokenizer (OpenSearch's `max_token_length`, default 255) ends a token once
@@ -76,10 +76,12 @@ class Analyzer:
         rules."""
         texts = self._texts
         if len(texts) >= _TEXTS_LIMIT:
+            # the older half dropped at once: popping the oldest one at a time scans the slots
+            # emptied before it, thousands once the dict is full
             try:
-                texts.pop(next(iter(texts)), None)
-            except (RuntimeError, StopIteration):  # another thread changed the dict meanwhile
-                texts.clear()
+                texts = self._texts = dict(islice(texts.items(), _TEXTS_LIMIT // 2, None))
+            except RuntimeError:  # another thread changed the dict meanwhile
+                texts = self._texts = {}
         texts[text] = joined
 
     def analyze_many(self, texts: Iterable[str]) -> list[str]:
