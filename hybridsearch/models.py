@@ -473,10 +473,16 @@ def validate_record(model: type[BaseModel], data: Any, *, source: str | None = N
     return obj
 
 
+def _over(value: str, limit: int) -> bool:
+    """Whether `value` takes more than `limit` bytes in UTF-8 (encoded only when it might: a
+    character takes at most 4)."""
+    return len(value) > limit // 4 and len(value.encode("utf-8")) > limit
+
+
 def check_limits(doc: Document) -> None:
     """What every engine can hold, and well-formed `metadata.facts` (checked on input, not on
     reading stored documents)."""
-    if len(doc.id.encode("utf-8")) > MAX_ID_BYTES:
+    if _over(doc.id, MAX_ID_BYTES):
         raise ValidationError(f"longer than {MAX_ID_BYTES} bytes (UTF-8)", field="id", record=doc.id[:40])
     if not doc.work_id.strip():  # a work of its own, never one that every blank-named chunk shares
         raise ValidationError("must not be blank (leave it out: a chunk is then a work of its own)", field="work_id",
@@ -488,7 +494,7 @@ def check_limits(doc: Document) -> None:
     for name in KEYWORD_FIELDS:
         value = getattr(doc, name)
         for v in value if isinstance(value, list) else [value]:
-            if v is not None and len(v.encode("utf-8")) > MAX_KEYWORD_BYTES:
+            if v is not None and _over(v, MAX_KEYWORD_BYTES):
                 raise ValidationError(f"a value longer than {MAX_KEYWORD_BYTES} bytes (UTF-8)", field=name,
                                       record=doc.id)
     if "facts" in doc.metadata:
