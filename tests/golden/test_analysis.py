@@ -149,3 +149,37 @@ def test_user_lexicons_as_people_write_them(tmp_path) -> None:
     f.write_bytes(b"godel = G\xf6del\n")
     with pytest.raises(ConfigError, match=r"mine.txt: not UTF-8 \(byte 9"):
         Lexicon.load([f], include_default=False)
+
+
+def test_joined_tokens_are_the_analysis_and_the_newest_texts_stay_remembered() -> None:
+    from hybridsearch.analysis.tokenizer import _TEXTS_LIMIT
+
+    a = Analyzer()
+    for text, expected in GOLDEN:
+        assert a.joined(text) == " ".join(expected) and Analyzer().analyze(text) == expected
+    assert a.joined("") == "" and a.analyze("the of and") == []
+    # tokens analysed elsewhere (the ingest's helper process) are taken as they were given
+    for i in range(_TEXTS_LIMIT + 10):
+        a.remember(f"text {i}", f"given{i} tokens")
+    assert a.analyze(f"text {_TEXTS_LIMIT + 9}") == [f"given{_TEXTS_LIMIT + 9}", "tokens"]
+    assert a.joined(f"text {_TEXTS_LIMIT - 100}") == f"given{_TEXTS_LIMIT - 100} tokens"  # the newer half kept
+    assert a.joined("text 0") == "text 0" and len(a._texts) <= _TEXTS_LIMIT  # the oldest analysed again
+
+
+def test_each_scored_field_as_both_engines_index_it() -> None:
+    from hybridsearch.models import SCORED_FIELDS, Document
+    from hybridsearch.scoring import EMPTY_FIELD_TOKEN, document_joined, document_tokens, indexed_joined
+
+    a = Analyzer()
+    doc = Document(id="x", title="Heine–Borel", text="Compact sets, running.", subjects=["Topology"])
+    joined = document_joined(a, doc)
+    assert list(joined) == list(SCORED_FIELDS)
+    assert joined["title"] == ("heine-borel hein borel", 3) and joined["text"] == ("compact set run", 3)
+    # a joined field holds its parts' tokens in order; an empty part adds nothing
+    assert joined["title_text"] == ("heine-borel hein borel compact set run", 6)
+    assert joined["subjects"] == ("topologi", 1) and joined["role"] == ("", 0)
+    assert indexed_joined(*joined["role"]) == (EMPTY_FIELD_TOKEN, 1)
+    assert indexed_joined(*joined["text"]) == joined["text"]
+    assert document_joined(a, Document(id="y", text="Compact."))["title_text"] == ("compact", 1)
+    assert document_tokens(a, doc, ("title_text", "role")) == {
+        "title_text": ["heine-borel", "hein", "borel", "compact", "set", "run"], "role": []}

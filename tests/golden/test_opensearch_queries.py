@@ -110,7 +110,7 @@ def test_packed_codes_become_signed_bytes_msb_first() -> None:
 def test_the_indexed_form_of_a_chunk() -> None:
     doc = Document(id="x", title="Heine-Borel", text="", subjects=[" Analysis "], year=1895, month=3,
                    kind="Theorem", metadata={"k": 1})
-    tokens = {"title": ["heine-borel", "heine", "borel"], "text": [], "subjects": ["analysi"]}
+    tokens = {"title": ("heine-borel heine borel", 3), "text": ("", 0), "subjects": ("analysi", 1)}
     src = Q.to_source(doc, tokens, "123", None, {"topic": np.zeros(512, dtype=np.uint8)})
     assert src["bm25"] == {"title": "heine-borel heine borel", "text": EMPTY_FIELD_TOKEN, "subjects": "analysi"}
     assert src["bm25_len"] == {"title": 3, "text": 1, "subjects": 1}
