@@ -157,9 +157,9 @@ def test_an_index_refuses_another_variant_lexicon(tmp_path) -> None:
 def test_an_index_analysed_with_older_rules_is_reanalysed(tmp_path, monkeypatch, caplog) -> None:
     idx = tmp_path / "idx"
     docs = jsonl(tmp_path / "d.jsonl", {"id": "lp", "title": r"Interpolation in $L^\infty$", "text": "bounded maps"})
-    analyze = Analyzer.analyze
+    joined = Analyzer.joined  # what analyze gives, and what both engines index
     with monkeypatch.context() as m:  # as an older version tokenised TeX's \infty: apart from L^∞
-        m.setattr(Analyzer, "analyze", lambda self, text: analyze(self, text.replace("\\infty", "infinity")))
+        m.setattr(Analyzer, "joined", lambda self, text: joined(self, text.replace("\\infty", "infinity")))
         with hybridsearch.create(idx) as h:
             h.ingest(docs, embed=False)
             assert not h.search("L^∞", "lexical", k=3).hits
