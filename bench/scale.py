@@ -38,7 +38,8 @@ parameters (the index is rebuilt each run); without it everything lives in a tem
 removed at the end. A directory that is neither empty nor one this benchmark made is refused.
 `--engine opensearch` (or `--url`) ingests into a fresh index `bench-scale-<random>` on that node,
 dropped at the end unless --keep; disk is the index's primary store size, and RSS figures are those
-of the client processes.
+of the client processes. Its queries wait until the node has finished merging the index (a quiet
+node: the k-NN graphs of a large load merge for minutes; `quiet_wait_s` in the JSON).
 """
 
 from __future__ import annotations
@@ -679,6 +680,24 @@ def graph_seconds(summary: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def wait_for_merges(client: Any, index: str, clock: Clock, limit_s: float = 1200.0) -> float:
+    """(OpenSearch) Wait until no merge runs on the index (its k-NN graphs are merged for minutes
+    after a large load), so that the queries meet a quiet node: polled every 5 s, at most `limit_s`;
+    returns the seconds waited."""
+    start = last = time.perf_counter()
+    while True:
+        merges = client.indices.stats(index=index, metric="merge")["_all"]["total"]["merges"]
+        waited = time.perf_counter() - start
+        if not merges["current"] or waited >= limit_s:
+            clock.log(f"merges: {merges['current']} running after {waited:.0f}s of waiting"
+                      + (" (gave up)" if merges["current"] else ""))
+            return waited
+        if time.perf_counter() - last >= 30:
+            last = time.perf_counter()
+            clock.log(f"merges: {merges['current']} running, {merges['current_docs']:,} documents; waiting")
+        time.sleep(5)
+
+
 def disk_mb(path: Path) -> float:
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file()) / 2 ** 20
 
@@ -726,6 +745,7 @@ def bench(args: argparse.Namespace, work: Path, clock: Clock) -> dict[str, Any]:
             os_engine = OpenSearchEngine(target, index=index)
             try:
                 fig["disk_mb"] = os_engine.stats().details["store_bytes"] / 2 ** 20
+                fig["quiet_wait_s"] = wait_for_merges(os_engine.client, index, clock)
             finally:
                 os_engine.close()
         clock.log(f"disk: {fig['disk_mb']:,.0f} MB")
