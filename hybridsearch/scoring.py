@@ -35,7 +35,7 @@ def document_joined(analyzer: Analyzer, doc: Document, fields: Sequence[str] = S
                 parts = [p for p in map(joined, JOINED_FIELDS[f]) if p[1]]
                 got = (" ".join(s for s, _ in parts), sum(n for _, n in parts))
             else:
-                s = (" ".join(analyzer.analyze_many(doc.subjects)) if f == "subjects"
+                s = (" ".join(j for j in map(analyzer.joined, doc.subjects) if j) if f == "subjects"
                      else analyzer.joined(getattr(doc, f)))
                 got = (s, s.count(" ") + 1 if s else 0)
             own[f] = got

@@ -414,7 +414,8 @@ def _helper_main() -> None:
             for j, f in enumerate(FIELDS):
                 if f in doc_codes:
                     codes[i, j], present[i, j] = doc_codes[f], True
-        joined = [tuple(None if t is None else " ".join(t) for t in doc) for doc in tokens]
+        # read back from the analyzer, which keeps each text it just analysed joined
+        joined = [tuple(encoder.analyzer.joined(t) if t else None for t in doc) for doc in texts]
         pickle.dump((ticket, (codes, present, joined)), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 

@@ -1074,7 +1074,8 @@ class OpenSearchEngine:
                 if "graph.authority" in f}
 
     def citation_links(self) -> list[WorkLinks]:
-        """From doc values: no chunk's `_source` (text, vectors) is read, about ten times faster."""
+        """From doc values: no chunk's `_source` (text, vectors) is read (four to five times faster at
+        20,000 chunks)."""
         works: dict[str, tuple[int | None, set[str]]] = {}
         chunks: dict[str, list[str]] = {}
         for chunk, f in self._scan({"match_all": {}}, (), docvalues=("work_id", "ym", "cites")):
