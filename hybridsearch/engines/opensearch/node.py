@@ -30,7 +30,8 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -706,9 +707,23 @@ class NodeStatus:
     user: str | None
     health: str | None  # the cluster's: green, yellow or red; None when not running or not answering
     red_indices: list[str]  # when red: the indices with a primary shard unassigned
+    # each node of the cluster: name, running, answering, pid, url (one, for a node alone)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class _Launch:
+    """A node's JVM being started: its launcher, URL, the state recorded for it, where this
+    launch's lines begin in its log, and when it began."""
+
+    launcher: subprocess.Popen[bytes]
+    url: str
+    state: dict[str, Any]
+    log_since: int
+    began: float
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -724,6 +739,9 @@ class LocalNode:
             raise ConfigError(f"bad node name {name!r}: use letters, digits, '_', '.', '-'")
         self.home = (Path(home).expanduser().resolve() if home is not None else default_home())
         self.name = name
+        # the cluster this node starts in: its nodes' names and transport ports (LocalCluster sets
+        # it); None: a single-node cluster
+        self.peers: dict[str, int] | None = None
 
     # paths
     @property
@@ -895,8 +913,10 @@ class LocalNode:
             raise EngineUnavailableError(f"cannot signal OpenSearch pid {pid} of node {self.name!r}: {e}") from None
 
     # start
-    def _choose_port(self, port: int | None, transport_avoid: set[int]) -> int:
-        if port is None:
+    def _choose_port(self, port: int | None, avoid: set[int], *, configured: bool = True) -> int:
+        """`port`, else (with `configured`) the port the settings name, else the node's previous
+        port while it is free, else a free one; never one in `avoid`."""
+        if port is None and configured:
             port = get_settings().opensearch_port
         if port is not None:
             if not 1 <= port <= 65535:
@@ -906,13 +926,13 @@ class LocalNode:
                                              "HYBRIDSEARCH_OPENSEARCH_PORT) or leave it unset for a free one")
             return port
         previous = self._read_state().get("port")  # keep the URL across restarts when we can
-        if isinstance(previous, int):
+        if isinstance(previous, int) and previous not in avoid:
             deadline = time.monotonic() + 3.0
             while time.monotonic() < deadline:
                 if _port_free(previous):
                     return previous
                 time.sleep(0.2)
-        return _free_port(transport_avoid)
+        return _free_port(avoid)
 
     def _write_config(self, port: int, transport_port: int) -> None:
         src = self.dist_dir / "config"
@@ -935,7 +955,7 @@ class LocalNode:
 
         (self.config_dir / "opensearch.yml").write_text(
             "# written by hybridsearch (hybridsearch/engines/opensearch/node.py) at each start\n"
-            f"cluster.name: hybridsearch\nnode.name: {q(self.name)}\ndiscovery.type: single-node\n"
+            f"cluster.name: hybridsearch\nnode.name: {q(self.name)}\n{self._discovery()}"
             f"network.host: 127.0.0.1\nhttp.port: {port}\ntransport.port: {transport_port}\n"
             "cluster.routing.allocation.disk.threshold_enabled: false\n"
             # the bm25 channel sends one term clause per (field, query term): 8 fields x 128 terms
@@ -945,6 +965,14 @@ class LocalNode:
             # node at its first refresh, so the node says so and hybridsearch refuses to map one
             f"node.attr.{NATIVE_KNN_ATTR}: absent\n"
             f"path.data: {q(self.data_dir)}\npath.logs: {q(self.logs_dir)}\npath.repo: {q(self.snapshots_dir)}\n")
+
+    def _discovery(self) -> str:
+        """The config's discovery lines: a single-node cluster, or one of `peers` (found by their
+        transport ports; the first start of them all elects a cluster manager among them)."""
+        if not self.peers:
+            return "discovery.type: single-node\n"
+        seeds = json.dumps([f"127.0.0.1:{p}" for p in self.peers.values()])
+        return f"discovery.seed_hosts: {seeds}\ncluster.initial_cluster_manager_nodes: {json.dumps(list(self.peers))}\n"
 
     def _check_reachable(self) -> None:
         """As root the node runs as the service user: it must be able to get to home."""
@@ -1022,6 +1050,20 @@ class LocalNode:
         """Start the node (installing first if needed) and return its URL once the cluster is yellow
         or green, or red with nothing left to recover (see `_Ready`; `red_indices` names them). If it
         already runs and answers, return its URL. timeout covers the launch, not the install."""
+        timeout, heap = self._start_checks(timeout)
+        existing = self._already_running(timeout)
+        if existing is not None:
+            return existing
+        java = choose_java_home()
+        self.install(progress)
+        with _file_lock(self.node_dir / ".start.lock"):
+            existing = self._already_running(timeout)
+            if existing is not None:
+                return existing
+            return self._launch(port, timeout, heap, java, progress)
+
+    def _start_checks(self, timeout: float | None) -> tuple[float, str]:
+        """What every start checks first; returns (the timeout, the heap)."""
         settings = get_settings()
         timeout = settings.opensearch_start_timeout if timeout is None else timeout
         if not (math.isfinite(timeout) and timeout > 0):
@@ -1037,16 +1079,7 @@ class LocalNode:
         if running_as_root():
             ensure_service_user()
             self._check_reachable()
-        existing = self._already_running(timeout)
-        if existing is not None:
-            return existing
-        java = choose_java_home()
-        self.install(progress)
-        with _file_lock(self.node_dir / ".start.lock"):
-            existing = self._already_running(timeout)
-            if existing is not None:
-                return existing
-            return self._launch(port, timeout, heap, java, progress)
+        return timeout, heap
 
     def _already_running(self, timeout: float) -> str | None:
         pid = self.running_pid()
@@ -1069,9 +1102,24 @@ class LocalNode:
         return url
 
     def _launch(self, port: int | None, timeout: float, heap: str, java: JavaHome, progress: Progress | None) -> str:
+        launch = self._spawn(*self._ports(port, set()), heap, java, progress)
+        return self._await(launch, timeout, progress)
+
+    def _ports(self, port: int | None, avoid: set[int], *, configured: bool = True) -> tuple[int, int]:
+        """(HTTP, transport) ports for a start (the HTTP port as `_choose_port` picks it; the
+        previous transport port while it is free, else a free one); none in `avoid` (those chosen
+        for other nodes starting with this one)."""
+        http_port = self._choose_port(port, avoid, configured=configured)
+        previous = self._read_state().get("transport_port")
+        taken = avoid | {http_port}
+        if isinstance(previous, int) and previous not in taken and _port_free(previous):
+            return http_port, previous
+        return http_port, _free_port(taken)
+
+    def _spawn(self, http_port: int, transport_port: int, heap: str, java: JavaHome,
+               progress: Progress | None) -> _Launch:
+        """Write the config and start the JVM (bin/opensearch -d); `_await` waits for it."""
         user = self._prepare_dirs()
-        http_port = self._choose_port(port, set())
-        transport_port = _free_port({http_port})
         self._write_config(http_port, transport_port)
         if user is not None:
             _chown_tree(self.config_dir, user.pw_uid, user.pw_gid)
@@ -1083,6 +1131,8 @@ class LocalNode:
             "name": self.name, "url": url, "port": http_port, "transport_port": transport_port,
             "java_home": str(java.path), "java_version": java.version, "heap": heap,
             "user": SERVICE_USER if user is not None else _user_name(), "home": str(self.home), "starting": True}
+        if self.peers:
+            state["cluster"] = list(self.peers)
         self._write_state(state)
         log_since = _size(self.log_file)
         env = _clean_env(java)
@@ -1093,23 +1143,28 @@ class LocalNode:
             cmd = ["runuser", "-u", SERVICE_USER, "--", *cmd]
         _say(progress, f"starting OpenSearch node {self.name!r} on {url} (Java {java.version}, heap {heap})")
         began = time.monotonic()
-        deadline = began + timeout
         with self.launch_log.open("wb") as out:
             launcher = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         env=env, cwd=self.dist_dir, start_new_session=True)
+        return _Launch(launcher, url, state, log_since, began)
+
+    def _await(self, launch: _Launch, timeout: float, progress: Progress | None) -> str:
+        """Wait until the node `_spawn` started answers (see `_wait_ready`), record it and return
+        its URL; a node that fails is killed with its launcher."""
+        url, state = launch.url, launch.state
         try:
             with _signals_end_the_wait():
-                self._wait_ready(launcher, url, timeout, deadline, log_since)
+                self._wait_ready(launch.launcher, url, timeout, launch.began + timeout, launch.log_since)
         except BaseException:
-            self._kill_launch(launcher)
+            self._kill_launch(launch.launcher)
             raise
         with contextlib.suppress(subprocess.TimeoutExpired):
-            launcher.wait(timeout=10)
+            launch.launcher.wait(timeout=10)
         del state["starting"]
         pid = self.running_pid()
         self._write_state({**state, "pid": pid, "version": _version_at(url), "started_at": time.time()})
         _say(progress, f"OpenSearch node {self.name!r} (pid {pid}) answers at {url} after "
-                       f"{time.monotonic() - began:.1f} s")
+                       f"{time.monotonic() - launch.began:.1f} s")
         return url
 
     def _wait_ready(self, launcher: subprocess.Popen[bytes], url: str, timeout: float, deadline: float,
@@ -1188,4 +1243,138 @@ class LocalNode:
                           version=version,
                           java_home=java_home, home=str(self.home), node_dir=str(self.node_dir),
                           installed=self.installed(), user=state.get("user") if pid is not None else None,
-                          health=health, red_indices=red)
+                          health=health, red_indices=red,
+                          nodes=[{"name": self.name, "running": pid is not None, "answering": version is not None,
+                                  "pid": pid, "url": url}])
+
+
+MAX_CLUSTER_NODES = 9
+
+
+class LocalCluster:
+    """Local nodes on loopback forming one cluster, each a LocalNode with its own config, data,
+    logs and ports: the first is named NAME, the others NAME.2 … NAME.<n>, and the record
+    <home>/nodes/NAME/cluster.json lists them. Without a record NAME is a node alone (discovery
+    type single-node), which every method passes to LocalNode as it is."""
+
+    def __init__(self, home: Path | str | None = None, name: str = "default") -> None:
+        self.first = LocalNode(home, name)
+        self.home, self.name = self.first.home, name
+
+    @property
+    def record_file(self) -> Path:
+        return self.first.node_dir / "cluster.json"
+
+    def names(self) -> list[str]:
+        """The cluster's node names, from its record; [NAME] for a node alone."""
+        try:
+            data = json.loads(self.record_file.read_text())
+        except (OSError, ValueError):
+            return [self.name]
+        names = data.get("nodes") if isinstance(data, dict) else None
+        return [str(n) for n in names] if isinstance(names, list) and names else [self.name]
+
+    def nodes(self) -> list[LocalNode]:
+        return [LocalNode(self.home, n) for n in self.names()]
+
+    def start(self, size: int | None = None, port: int | None = None, timeout: float | None = None,
+              progress: Progress | None = None) -> str:
+        """Start the cluster's nodes that do not run (all of them the first time: `size`, default
+        1), all at once, and return the first answering node's URL once every node has joined and
+        the cluster is yellow or green. A cluster keeps its size: another `size` is refused."""
+        names = self.names()
+        if size is not None and not 1 <= size <= MAX_CLUSTER_NODES:
+            raise ConfigError(f"nodes: {size} is not a node count from 1 to {MAX_CLUSTER_NODES}")
+        if len(names) > 1 and size not in (None, len(names)):
+            raise ConfigError(f"nodes: {self.name!r} is a cluster of {len(names)} nodes; start it with --nodes "
+                              f"{len(names)}, or stop it and choose another name for a cluster of {size}")
+        if len(names) == 1 and (size or 1) == 1:
+            return self.first.start(port, timeout, progress)
+        if len(names) == 1:
+            names = self._new_record(size or 1)
+        return self._start_nodes([LocalNode(self.home, n) for n in names], port, timeout, progress)
+
+    def _new_record(self, size: int) -> list[str]:
+        """Record a new cluster of `size` nodes; refused where a node of that name holds data."""
+        names = [self.name, *(f"{self.name}.{i}" for i in range(2, size + 1))]
+        for n in names:
+            node = LocalNode(self.home, n)
+            if node.is_running() or (node.data_dir.is_dir() and any(node.data_dir.iterdir())):
+                raise ConfigError(f"nodes: node {n!r} already holds a single-node cluster (in {node.node_dir}); "
+                                  f"choose another name for a cluster of {size}, or delete that directory")
+        self.first.node_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(self.record_file, {"nodes": names})
+        return names
+
+    def _start_nodes(self, nodes: list[LocalNode], port: int | None, timeout: float | None,
+                     progress: Progress | None) -> str:
+        timeout, heap = self.first._start_checks(timeout)
+        java = choose_java_home()
+        self.first.install(progress)
+        deadline = time.monotonic() + timeout
+        with contextlib.ExitStack() as stack:
+            for node in nodes:
+                stack.enter_context(_file_lock(node.node_dir / ".start.lock"))
+            down = [node for node in nodes if node.running_pid() is None]
+            # every node's ports are chosen before any config is written: each config names them all
+            ports: dict[str, tuple[int, int]] = {}
+            for i, node in enumerate(nodes):
+                state = node._read_state()
+                if node in down:
+                    ports[node.name] = node._ports(port if i == 0 else None, {p for ps in ports.values() for p in ps},
+                                                   configured=i == 0)
+                else:
+                    ports[node.name] = (int(state["port"]), int(state["transport_port"]))
+            peers = {n.name: ports[n.name][1] for n in nodes}
+            launches: list[tuple[LocalNode, _Launch]] = []
+            try:
+                for node in down:
+                    node.peers = peers
+                    launches.append((node, node._spawn(*ports[node.name], heap, java, progress)))
+                for node, launch in launches:
+                    node._await(launch, max(deadline - launch.began, 0.1), progress)
+                url = self._wait_joined(nodes, deadline)
+            except BaseException:
+                for node, launch in launches:
+                    node._kill_launch(launch.launcher)
+                raise
+        if down:
+            urls = ",".join(str(n._read_state().get("url")) for n in nodes)
+            started = ", ".join(n.name for n in down)
+            _say(progress, f"OpenSearch cluster {self.name!r}: all {len(nodes)} nodes joined ({started} started); "
+                           f"a client that knows them all: HYBRIDSEARCH_OPENSEARCH_URL={urls}")
+        return url
+
+    def _wait_joined(self, nodes: list[LocalNode], deadline: float) -> str:
+        """Until the cluster counts all `nodes`; returns the first answering node's URL."""
+        while True:
+            for node in nodes:
+                url = node._read_state().get("url")
+                if not isinstance(url, str):
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    h = _http_json(f"{url}/_cluster/health?wait_for_nodes={len(nodes)}&timeout=2s", 5.0)
+                    if h.get("number_of_nodes") == len(nodes):
+                        return url
+            if time.monotonic() >= deadline:
+                raise EngineUnavailableError(
+                    f"OpenSearch cluster {self.name!r}: not all of its {len(nodes)} nodes joined in time; their logs "
+                    f"are in {', '.join(str(n.logs_dir) for n in nodes)}")
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 30.0) -> list[tuple[str, int | None]]:
+        """Stop every node at once; returns (name, pid stopped or None) for each."""
+        nodes = self.nodes()
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            pids = list(pool.map(lambda n: n.stop(timeout), nodes))
+        return [(n.name, pid) for n, pid in zip(nodes, pids, strict=True)]
+
+    def status(self) -> NodeStatus:
+        """The first answering node's status (else the first node's), named after the cluster,
+        with every node in `nodes`."""
+        statuses = [n.status() for n in self.nodes()]
+        if len(statuses) == 1:
+            return statuses[0]
+        top = next((st for st in statuses if st.answering), statuses[0])
+        return replace(top, name=self.name, running=any(st.running for st in statuses),
+                       nodes=[row for st in statuses for row in st.nodes])
