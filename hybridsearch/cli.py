@@ -103,9 +103,9 @@ def _opensearch_target(args: argparse.Namespace, default_index: str | None = Non
     if not url:
         raise HybridSearchError("no OpenSearch URL: pass --url or set HYBRIDSEARCH_OPENSEARCH_URL "
                                 "(`hybridsearch opensearch start` runs a local node and prints its URL)")
-    from hybridsearch.engines.opensearch.engine import check_url
+    from hybridsearch.engines.opensearch.engine import check_urls
 
-    check_url(url)
+    check_urls(url)
     return url, getattr(args, "index", None) or default_index or settings.opensearch_index
 
 

@@ -125,6 +125,13 @@ class Settings(BaseSettings):
     opensearch_verify_certs: bool = True
     opensearch_ca_certs: Path | None = None
     opensearch_timeout: float = Field(default=30.0, gt=0)
+    opensearch_retry_s: float = Field(default=30.0, ge=0, description="with several URLs (the nodes of a "
+                                      "cluster): seconds a request that meets a lost node (refused, reset, or "
+                                      "502/503/504 while the cluster recovers) is tried again on the other nodes, "
+                                      "with backoff, before it fails")
+    opensearch_shards: int = Field(default=1, ge=1, le=1024, description="primary shards of a new index version")
+    opensearch_replicas: int = Field(default=0, ge=0, le=32, description="replicas of each shard of a new index "
+                                     "version (and of its graph index); a cluster of N nodes holds up to N - 1")
     opensearch_index: str = "hybridsearch"
     opensearch_knn_engine: Literal["lucene", "faiss"] = "lucene"
     opensearch_ef_search: int = Field(default=100, ge=1, le=10_000, description="vectors an HNSW search examines "

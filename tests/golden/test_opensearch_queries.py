@@ -152,8 +152,9 @@ def test_a_works_graph_document_and_its_binary_doc_value() -> None:
     assert unseen["authority"] is None and unseen["pagerank"] is None and Q.neighbors_of(unseen) == Neighbors()
     assert Q.neighbors_from_docvalues({"lists": [unseen["lists"]]}, "") == Neighbors()
     # the graph index: named so that no logical index, version, alias or template can take it
-    body = Q.graph_index_body("cacm")
+    body = Q.graph_index_body("cacm", 2)
     assert Q.graph_index("cacm") == "graph+cacm" and body["mappings"]["_meta"]["hybridsearch"]["graph_of"] == "cacm"
+    assert body["settings"]["index"] == {"number_of_shards": 1, "number_of_replicas": 2}  # as many copies as chunks
     assert set(body["mappings"]["properties"]) == {"id", "cites", "cited_by", "cocited", "pagerank",
                                                    "authority", "lists", "digest"}
 

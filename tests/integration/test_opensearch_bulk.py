@@ -261,3 +261,45 @@ def test_a_chunk_deleted_under_an_update_is_skipped(opensearch_index, monkeypatc
     codes = [HdcEncoder().encode_document(d) for d in docs]
     assert engine.set_codes(["a", "b"], codes) == 1
     assert engine.get(["a"]) == {} and engine.missing_codes(["a", "b"]) == []
+
+
+def test_a_url_list_reaches_the_nodes_that_answer(opensearch_url, request) -> None:
+    """Several URLs (the nodes of a cluster): a node that does not answer is passed over, and
+    credentials stay out of what the engine shows."""
+    import uuid
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+
+    live = opensearch_url.replace("://", "://admin:s3cr3t-pw@", 1)
+    engine = OpenSearchEngine(f"http://admin:s3cr3t-pw@127.0.0.1:1, {live}", index=f"test-urls-{uuid.uuid4().hex[:6]}")
+    request.addfinalizer(engine.close)
+    request.addfinalizer(engine.drop)
+    assert engine.url == f"http://127.0.0.1:1,{opensearch_url}"
+    for i in range(4):  # each request may meet the dead node first
+        engine.write([Document(id=f"d{i}", title="Alpha", text="body")])
+    assert engine.count() == 4 and engine.bm25("alpha", k=10).ids
+
+
+def test_nodes_that_do_not_answer(monkeypatch) -> None:
+    """One URL that does not answer fails at once, as ever; a list of them is tried again for
+    opensearch_retry_s, then fails in one line; a malformed list is refused naming it."""
+    import time
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+    from hybridsearch.errors import ConfigError
+
+    monkeypatch.setenv("HYBRIDSEARCH_OPENSEARCH_RETRY_S", "1.5")
+    began = time.monotonic()
+    with pytest.raises(EngineUnavailableError, match="cannot reach OpenSearch at http://127.0.0.1:1 "):
+        OpenSearchEngine("http://127.0.0.1:1", index="nowhere").count()
+    assert time.monotonic() - began < 1.5
+    engine = OpenSearchEngine("http://127.0.0.1:1,http://127.0.0.1:2", index="nowhere")
+    began = time.monotonic()
+    with pytest.raises(EngineUnavailableError) as err:
+        engine.count()
+    assert time.monotonic() - began >= 1.5 and "\n" not in str(err.value)
+    assert "cannot reach OpenSearch at http://127.0.0.1:1,http://127.0.0.1:2" in str(err.value)
+    for bad, says in (("http://a:1,https://b:2", "mixes http and https"), (" , ", "is not an OpenSearch URL"),
+                      ("http://a:1,ftp://b", "'ftp://b' is not an OpenSearch URL")):
+        with pytest.raises(ConfigError, match=says):
+            OpenSearchEngine(bad, index="nowhere")

@@ -382,6 +382,17 @@ class Admin:
         finally:
             engine.close()
         out.update(vectors=st.vectors, codes=st.codes, knn_engine=st.details.get("knn_engine"))
+        with self.errors("read the shards"):
+            rows = self.client.cat.shards(index=live.index, format="json", h="shard,prirep,state,node")
+        out["shards"] = sorted(({"shard": int(r["shard"]), "primary": r["prirep"] == "p", "state": r["state"],
+                                 "node": r.get("node")} for r in rows),
+                               key=lambda r: (r["shard"], not r["primary"], r["node"] or ""))
+        out["number_of_shards"] = len({r["shard"] for r in out["shards"]})
+        out["number_of_replicas"] = sum(not r["primary"] for r in out["shards"]) // max(out["number_of_shards"], 1)
+        unassigned = [r for r in out["shards"] if r["state"] == "UNASSIGNED"]
+        if unassigned:
+            out["warnings"].append(f"{len(unassigned)} shard copies of {live.index} are unassigned (a node is "
+                                   "missing, or the cluster has fewer nodes than copies)")
         if live.write_blocked:
             out["warnings"].append(f"the live version {live.index} is write-blocked, so writes wait: a reindex is "
                                    f"running, or one was interrupted (run `hybridsearch indices reindex {name}` again)")
@@ -419,11 +430,18 @@ class Admin:
                     f"{why}; `hybridsearch indices reindex {name}` moves it onto the current ones")
         return out
 
-    def create(self, name: str) -> LogicalIndex:
+    def create(self, name: str, shards: int | None = None, replicas: int | None = None) -> LogicalIndex:
+        """Create the first version of `name` with `shards` primary shards and `replicas` copies of
+        each (default: the settings')."""
         check_index_name(name)
         if any(ix.name == name for ix in self.indices()):
             raise ConfigError(f"index {name!r} already exists at {self.url}")
-        engine = self.engine(name)
+        if shards is not None and not 1 <= shards <= 1024:
+            raise ConfigError(f"shards: {shards} is not a shard count from 1 to 1024")
+        if replicas is not None and not 0 <= replicas <= 32:
+            raise ConfigError(f"replicas: {replicas} is not a replica count from 0 to 32")
+        given = {k: v for k, v in (("opensearch_shards", shards), ("opensearch_replicas", replicas)) if v is not None}
+        engine = OpenSearchEngine(self._url, index=name, settings=self.settings.model_copy(update=given))
         try:
             engine.ensure_index()
         finally:
@@ -610,7 +628,10 @@ class Admin:
             if removed:
                 self.client.indices.delete(index=",".join(removed))
             new = f"{name}-v{max(v.version for v in ix.versions if v.index not in removed) + 1}"
-            self.client.indices.create(index=new, body={"settings": {"index": {"refresh_interval": "-1"}},
+            got = self.client.indices.get_settings(index=live.index, name="index.number_of_shards")
+            shards = got[live.index]["settings"]["index"]["number_of_shards"]  # kept: the copies follow it
+            self.client.indices.create(index=new, body={"settings": {"index": {"refresh_interval": "-1",
+                                                                               "number_of_shards": shards}},
                                                         "mappings": {"_meta": self._meta_for(live.index, new)}},
                                        params={"wait_for_active_shards": "1"})
         swap_sent = False

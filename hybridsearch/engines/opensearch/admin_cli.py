@@ -77,8 +77,13 @@ def add_parsers(sub: Any) -> None:
                         description="Example: hybridsearch indices list --json")
     s = acts.add_parser("status", parents=[common], help="versions, aliases, counts and warnings of one index")
     s.add_argument("name", help="the logical index (its alias)")
-    s = acts.add_parser("create", parents=[common], help="create NAME-v1 with the aliases NAME and NAME-write")
+    s = acts.add_parser("create", parents=[common], help="create NAME-v1 with the aliases NAME and NAME-write",
+                        description="Example: hybridsearch indices create papers --shards 3 --replicas 1")
     s.add_argument("name", help="the logical index (its alias)")
+    s.add_argument("--shards", type=int, default=None, help="primary shards (default: $HYBRIDSEARCH_OPENSEARCH_SHARDS "
+                   "or 1); `indices reindex` keeps them")
+    s.add_argument("--replicas", type=int, default=None, help="copies of each shard on other nodes (default: "
+                   "$HYBRIDSEARCH_OPENSEARCH_REPLICAS or 0)")
     s = acts.add_parser("delete", parents=[common, yes], help="delete every version of an index")
     s.add_argument("name", help="the logical index (its alias)")
     s = acts.add_parser("reindex", parents=[common], help="build the next version and swap the aliases "
@@ -161,8 +166,12 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
 
         def text() -> str:
             head = {k: ", ".join(v) if isinstance(v, list) else v for k, v in st.items()
-                    if k not in ("versions", "warnings")}
+                    if k not in ("versions", "warnings", "shards")}
             lines = [f"{k:>16}: {v}" for k, v in head.items()]
+            if st.get("shards"):
+                lines.append(f"{'shard copies':>16}: " + "; ".join(
+                    f"{r['shard']}{'p' if r['primary'] else 'r'} {r['node'] or '-'}"
+                    + ("" if r["state"] == "STARTED" else f" ({r['state'].lower()})") for r in st["shards"]))
             lines += ["", _table([{**v, "size": _human(v["bytes"]), "aliases": ",".join(v["aliases"])}
                                   for v in st["versions"]],
                                  ["index", "version", "docs", "deleted", "size", "health", "aliases",
@@ -172,7 +181,7 @@ def _indices(admin: Any, args: argparse.Namespace) -> int:
 
         _emit(args, st, text)
     elif args.action == "create":
-        row = admin.create(args.name).row()
+        row = admin.create(args.name, args.shards, args.replicas).row()
         _emit(args, row, lambda: f"created {row['index']} with aliases {', '.join(row['aliases'])}")
     elif args.action == "delete":
         ix = admin.get(args.name)

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 import opensearchpy
@@ -98,13 +98,34 @@ class _Serializer(opensearchpy.JSONSerializer):
         return orjson.loads(s)
 
 
+def split_urls(url: str) -> list[str]:
+    """The URLs of `url`: one node's, or several nodes' of one cluster separated by commas (a comma
+    in credentials is written %2C)."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 def display_url(url: str) -> str:
-    """The URL without credentials, for messages and for anything sent elsewhere."""
+    """The URL (or URLs) without credentials, for messages and for anything sent elsewhere."""
+    if "," in url:
+        return ",".join(display_url(u) for u in split_urls(url))
     try:
         parts = urlsplit(url)
     except ValueError:  # not a URL (an unclosed [IPv6 address): still never show a password
         return re.sub(r"(//)[^/]*@", r"\1", url)
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def check_urls(url: str) -> list[str]:
+    """The URLs of an OpenSearch URL list (`split_urls`), each checked, all of one scheme."""
+    urls = split_urls(url)
+    if not urls:
+        raise ConfigError(f"url: {url!r} is not an OpenSearch URL (expected http(s)://host[:port], or several "
+                          "separated by commas)")
+    for u in urls:
+        check_url(u)
+    if len({urlsplit(u).scheme for u in urls}) > 1:
+        raise ConfigError(f"url: {display_url(url)!r} mixes http and https; the nodes of one cluster take one")
+    return urls
 
 
 def check_url(url: str, what: str = "an OpenSearch URL") -> None:
@@ -242,23 +263,83 @@ def check_new_index_name(name: str) -> None:
                           "(HYBRIDSEARCH_QUERY_LOG_PREFIX); choose another name")
 
 
+# error types that say a request met a node that left the cluster, or shards not yet moved off it:
+# the same request sent again a little later, to the nodes that remain, goes through
+NODE_LOST = frozenset({"node_not_connected_exception", "node_disconnected_exception", "node_closed_exception",
+                       "connect_transport_exception", "send_request_transport_exception",
+                       "no_shard_available_action_exception", "unavailable_shards_exception",
+                       "cluster_manager_not_discovered_exception", "master_not_discovered_exception"})
+
+
+def node_lost(status: object, error: object) -> bool:
+    """Whether a request that failed with `status` and `error` (the body's `error` object) met a
+    lost node (NODE_LOST anywhere in its causes and shard failures, or 502/503/504)."""
+    if status in (502, 503, 504):
+        return True
+    todo = [error]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, dict):
+            if e.get("type") in NODE_LOST:
+                return True
+            todo += [e.get("caused_by"), *(e.get("root_cause") or []),
+                     *(f.get("reason") for f in e.get("failed_shards") or [] if isinstance(f, dict))]
+    return False
+
+
+class _Transport(opensearchpy.Transport):
+    """opensearch-py's transport, which tries a request that meets a dead node on the next node at
+    once (a refused or reset connection; 502, 503 or 504), and here also keeps trying a request
+    that met a lost node (those, or `node_lost` errors: a search whose fetch phase met it), with
+    backoff, for up to `retry_s` seconds in all: a cluster that lost a node promotes replicas and
+    may elect another cluster manager meanwhile. A timeout is not retried (a slow request is not a
+    lost node). `make_client` gives `retry_s` only to a client that knows several nodes: one node
+    that does not answer fails at once, as it always has."""
+
+    def __init__(self, hosts: Any, *, retry_s: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(hosts, **kwargs)
+        self.retry_s = retry_s
+
+    def perform_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        exc = opensearchpy.exceptions
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.1
+        while True:
+            try:
+                return super().perform_request(method, url, *args, **kwargs)
+            except exc.ConnectionTimeout:
+                raise
+            except exc.TransportError as e:
+                body = e.info if isinstance(e.info, dict) else {}
+                lost = isinstance(e, exc.ConnectionError) or node_lost(e.status_code, body.get("error"))
+                remaining = deadline - time.monotonic()
+                if not lost or remaining <= 0:
+                    raise
+            time.sleep(min(delay, remaining))  # the last try is at the deadline
+            delay = min(2 * delay, 2.0)
+
+
 def make_client(url: str, settings: Settings) -> opensearchpy.OpenSearch:
-    """A client for `url` with the credentials, TLS and timeout of `settings` (credentials in the
-    URL are used when the settings name none)."""
-    check_url(url)
+    """A client for `url` (one node, or several of a cluster: `split_urls`) with the credentials,
+    TLS, timeout and retries of `settings` (credentials in the URL are used when the settings name
+    none)."""
+    urls = check_urls(url)
     s = settings
-    parts = urlsplit(url)
+    parts = urlsplit(urls[0])
     auth = None
     if s.opensearch_username is not None:
         auth = (s.opensearch_username, s.opensearch_password.get_secret_value() if s.opensearch_password else "")
-    elif parts.username:
-        auth = (parts.username, parts.password or "")
+    else:
+        named = next((urlsplit(u) for u in urls if urlsplit(u).username), None)
+        if named is not None:
+            auth = (unquote(named.username or ""), unquote(named.password or ""))
     return opensearchpy.OpenSearch(
-        hosts=[display_url(url)], http_auth=auth, use_ssl=parts.scheme == "https",
+        hosts=[display_url(u) for u in urls], http_auth=auth, use_ssl=parts.scheme == "https",
         verify_certs=s.opensearch_verify_certs,
         ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
-        ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=2, retry_on_timeout=False,
-        http_compress=False, pool_maxsize=8, serializer=_Serializer())
+        ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=max(2, len(urls)), retry_on_timeout=False,
+        http_compress=False, pool_maxsize=8, serializer=_Serializer(), transport_class=_Transport,
+        retry_s=s.opensearch_retry_s if len(urls) > 1 else 0.0)
 
 
 @contextmanager
@@ -293,7 +374,7 @@ class OpenSearchEngine:
         url = url or s.opensearch_url
         if not url:
             raise ConfigError("no OpenSearch URL: pass one or set HYBRIDSEARCH_OPENSEARCH_URL")
-        check_url(url)
+        check_urls(url)
         self.url = display_url(url)
         self.raw_url = url  # with any credentials it carries: for further clients, never for messages
         self.index = check_index_name(index or s.opensearch_index)
@@ -345,7 +426,10 @@ class OpenSearchEngine:
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": index_options(None),
                                          "lexicon": self.analyzer.lexicon.fingerprint, "analysis": ANALYSIS_RULES}}
                 try:
-                    self.client.indices.create(index=first, body={"mappings": {"_meta": meta}},
+                    sharding = {"number_of_shards": self.settings.opensearch_shards,
+                                "number_of_replicas": self.settings.opensearch_replicas}
+                    self.client.indices.create(index=first, body={"settings": {"index": sharding},
+                                                                  "mappings": {"_meta": meta}},
                                                params={"wait_for_active_shards": "1"})
                     made = True
                 except opensearchpy.exceptions.RequestError as e:
@@ -396,24 +480,36 @@ class OpenSearchEngine:
         return versions
 
     def _search(self, body: dict[str, Any], what: str, *, index: str | None = None, **params: Any) -> dict[str, Any]:
-        """A search of the read alias, or of the concrete `index` named (the graph index)."""
+        """A search of the read alias, or of the concrete `index` named (the graph index). A shard
+        that fails fails the search (never partial results: the transport tries it again where a
+        node was lost)."""
         with self._errors(what):
-            result: dict[str, Any] = self.client.search(index=index or self.index, body=body, **params)
+            result: dict[str, Any] = self.client.search(index=index or self.index, body=body,
+                                                        allow_partial_search_results="false", **params)
         return result
 
     def _msearch(self, bodies: Sequence[dict[str, Any]], what: str) -> list[list[dict[str, Any]]]:
         """Several searches in one `_msearch` round trip: each search's hits, in order. A search
-        that fails raises as `_search` would."""
+        that fails raises as `_search` would; one that met a lost node is sent again, as the
+        transport would (`node_lost`)."""
         if not bodies:
             return []
+        header = {"allow_partial_search_results": False}
+        deadline = time.monotonic() + getattr(self.client.transport, "retry_s", 0.0)
+        delay = 0.1
         with self._errors(what):
-            got = self.client.msearch(index=self.index, body=[line for b in bodies for line in ({}, b)])
-            for r in got["responses"]:
-                if "error" in r:
-                    status, err = int(r.get("status", 500)), r["error"]
-                    kind = err.get("type", "") if isinstance(err, dict) else str(err)
-                    raise opensearchpy.exceptions.HTTP_EXCEPTIONS.get(status, opensearchpy.TransportError)(
-                        status, kind, r)
+            while True:
+                got = self.client.msearch(index=self.index, body=[line for b in bodies for line in (header, b)])
+                failed = [r for r in got["responses"] if "error" in r]
+                remaining = deadline - time.monotonic()
+                if not failed or remaining <= 0 or not all(node_lost(r.get("status"), r["error"]) for r in failed):
+                    break
+                time.sleep(min(delay, remaining))
+                delay = min(2 * delay, 2.0)
+            for r in failed:
+                status, err = int(r.get("status", 500)), r["error"]
+                kind = err.get("type", "") if isinstance(err, dict) else str(err)
+                raise opensearchpy.exceptions.HTTP_EXCEPTIONS.get(status, opensearchpy.TransportError)(status, kind, r)
         return [r["hits"]["hits"] for r in got["responses"]]
 
     def _live(self, what: str) -> tuple[str, dict[str, Any]]:
@@ -1097,7 +1193,10 @@ class OpenSearchEngine:
         if not self._graph_exists():
             with self._errors("create the graph index"):
                 try:
-                    self.client.indices.create(index=self.graph_index, body=Q.graph_index_body(self.index),
+                    # as many copies as the chunks have: a lost node loses no graph
+                    got = self.client.indices.get_settings(index=self.index, name="index.number_of_replicas")
+                    replicas = max(int(v["settings"]["index"]["number_of_replicas"]) for v in got.values())
+                    self.client.indices.create(index=self.graph_index, body=Q.graph_index_body(self.index, replicas),
                                                params={"wait_for_active_shards": "1"})
                 except opensearchpy.exceptions.RequestError as e:
                     if e.error != "resource_already_exists_exception":  # another process was first

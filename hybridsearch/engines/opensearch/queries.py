@@ -240,15 +240,14 @@ def graph_index(index: str) -> str:
     return f"graph+{index}"
 
 
-def graph_index_body(index: str) -> dict[str, Any]:
+def graph_index_body(index: str, replicas: int) -> dict[str, Any]:
     """Settings and mappings of `graph_index(index)`: the chunk template's `graph` fields, `id`
-    (the work id: read and scanned by id as chunks are) and the digest; one shard, no replica, as
-    the chunk indices."""
+    (the work id: read and scanned by id as chunks are) and the digest; one shard (a work's
+    document is small) with `replicas` copies."""
     chunks = template("hybridsearch-chunks")["template"]
     props = {"id": chunks["mappings"]["properties"]["id"], **chunks["mappings"]["properties"]["graph"]["properties"],
              "digest": {"type": "keyword", "index": False}}
-    settings = chunks["settings"]["index"]
-    return {"settings": {"index": {k: settings[k] for k in ("number_of_shards", "number_of_replicas")}},
+    return {"settings": {"index": {"number_of_shards": 1, "number_of_replicas": replicas}},
             "mappings": {"dynamic": "strict", "_meta": {"hybridsearch": {"graph_of": index}}, "properties": props}}
 
 
