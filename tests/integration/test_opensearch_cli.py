@@ -89,3 +89,40 @@ def test_errors_are_one_line(opensearch_url, index) -> None:
     assert OpenSearch(opensearch_url).indices.get(index="queries-v*", params={"expand_wildcards": "all"}) == {}
     out = run("stats", "--engine", "opensearch", "--index", "Bad Name")
     assert out.returncode == 2 and "index: 'Bad Name' is not a valid logical index name" in out.stderr
+
+
+def test_create_with_shards_and_replicas_which_status_shows_and_reindex_keeps(opensearch_url, index) -> None:
+    """`indices create --shards --replicas` on the suite's one node: the shard copies `indices
+    status` lists, with the replicas a single node cannot hold unassigned and said so; BM25 scores
+    as on one shard (the DFS phase gathers every shard's statistics); a reindex keeps the shards."""
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+    from hybridsearch.engines.opensearch.admin import Admin
+
+    out = run("indices", "create", index, "--url", opensearch_url, "--shards", "2", "--replicas", "1")
+    assert out.returncode == 0, out.stderr
+    st = json.loads(run("indices", "status", index, "--url", opensearch_url, "--json").stdout)
+    assert st["number_of_shards"] == 2 and st["number_of_replicas"] == 1
+    assert sorted((r["shard"], r["primary"], r["state"]) for r in st["shards"]) == [
+        (0, False, "UNASSIGNED"), (0, True, "STARTED"), (1, False, "UNASSIGNED"), (1, True, "STARTED")]
+    assert any("2 shard copies" in w and "unassigned" in w for w in st["warnings"])
+    text = run("indices", "status", index, "--url", opensearch_url).stdout
+    assert "shard copies: 0p " in text and "0r - (unassigned)" in text
+    bad = run("indices", "create", f"{index}-x", "--url", opensearch_url, "--shards", "0")
+    assert bad.returncode == 2 and "shards: 0 is not a shard count from 1 to 1024" in bad.stderr
+    # the same documents on one shard and on two score the same
+    one = OpenSearchEngine(opensearch_url, index=f"{index}-eval")
+    two = OpenSearchEngine(opensearch_url, index=index)
+    from indexer.pipeline import ingest
+
+    for engine in (one, two):
+        ingest(engine, DEMO, progress=False, graph=False)
+    for q in ("Brouwer fixed point", "Godel incompleteness theorem", "compact operator spectrum"):
+        a, b = one.bm25(q, k=10), two.bm25(q, k=10)
+        assert a.ids == b.ids and all(abs(x - y) < 1e-4 for x, y in zip(a.scores, b.scores, strict=True)), q
+    admin = Admin(opensearch_url)
+    try:
+        admin.reindex(index)
+        again = admin.status(index)
+    finally:
+        admin.close()
+    assert again["version"] == 2 and again["number_of_shards"] == 2 and again["number_of_replicas"] == 1

@@ -139,9 +139,23 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
     name, env = cluster
     urls = ",".join(n["url"] for n in _status(name, env)["nodes"])
     index = "scifact"
+    # SciFact with the test encoder's vectors given on input (corpus.npy beside the corpus), loaded
+    # without replicas, which then copy the shards' files (peer recovery: no second indexing)
+    encoder = HashedWords()
+    corpus = tmp_path / "scifact"
+    corpus.mkdir()
+    shutil.copy(SCIFACT / "corpus.jsonl", corpus / "corpus.jsonl")
+    rows = [json.loads(line) for line in (corpus / "corpus.jsonl").read_text().splitlines()]
+    np.save(corpus / "corpus.npy", encoder.encode([f"{r.get('title', '')} {r['text']}" for r in rows]))
     admin = Admin(urls)
     try:
-        admin.create(index, shards=3, replicas=1)
+        admin.create(index, shards=3, replicas=0)
+        engine = OpenSearchEngine(urls, index=index)
+        summary = ingest(engine, corpus, progress=False)
+        assert summary.indexed == summary.given == len(rows)
+        admin.client.indices.put_settings(index=index, body={"index.number_of_replicas": 1})
+        admin.client.indices.put_settings(index=f"graph+{index}", body={"index.number_of_replicas": 1})
+        admin.client.cluster.health(wait_for_status="green", timeout="120s")
         placed = admin.status(index)
     finally:
         admin.close()
@@ -149,18 +163,7 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
     by_shard: dict[int, set[str]] = {}
     for row in placed["shards"]:
         by_shard.setdefault(row["shard"], set()).add(row["node"])
-    assert all(len(nodes) == 2 for nodes in by_shard.values())  # each shard's two copies on two nodes
-
-    # SciFact with the test encoder's vectors given on input (corpus.npy beside the corpus)
-    encoder = HashedWords()
-    corpus = tmp_path / "scifact"
-    corpus.mkdir()
-    shutil.copy(SCIFACT / "corpus.jsonl", corpus / "corpus.jsonl")
-    rows = [json.loads(line) for line in (corpus / "corpus.jsonl").read_text().splitlines()]
-    np.save(corpus / "corpus.npy", encoder.encode([f"{r.get('title', '')} {r['text']}" for r in rows]))
-    engine = OpenSearchEngine(urls, index=index)
-    summary = ingest(engine, corpus, progress=False)
-    assert summary.indexed == summary.given == len(rows)
+    assert len(by_shard) == 3 and all(len(nodes) == 2 for nodes in by_shard.values())  # two copies, two nodes
     queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").read_text().splitlines()][:QUERIES]
     searcher = Searcher(engine, encoder=encoder, query_log=None)
     hdc = engine.hdc_encoder()

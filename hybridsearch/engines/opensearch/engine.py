@@ -959,8 +959,10 @@ class OpenSearchEngine:
             return RankedList.of("bm25", [], [])  # (no field to score: an empty bool would match everything)
         self._check_joined([f for f, w in fields.items() if w > 0 and f in JOINED_FIELDS])
         depth = max(4 * k, 200) if opt.rescored else k
+        # Lucene's BM25 statistics are a shard's own: the DFS phase first gathers every shard's, so
+        # that scores are the index's whatever its shards (one shard skips the phase)
         hits = self._search(Q.bm25_query(weights, fields, depth, filters, opt.mode, opt.tie_breaker),
-                            "bm25")["hits"]["hits"]
+                            "bm25", search_type="dfs_query_then_fetch")["hits"]["hits"]
         ids, scores = [Q.hit_id(h) for h in hits], [float(h["_score"]) for h in hits]
         if opt.rescored and ids:
             ids, scores = unzip(self._rescore(terms, fields, ids, k, opt))
