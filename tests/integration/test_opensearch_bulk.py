@@ -71,6 +71,30 @@ def test_items_rejected_with_429_are_sent_again(opensearch_index, monkeypatch) -
     assert opensearch_index.count() == 6 and "d3" in opensearch_index.get(["d3"])
 
 
+@pytest.mark.parametrize("retry_s", [5.0, 0.0])
+def test_items_whose_shard_lost_its_node_are_sent_again(opensearch_index, monkeypatch, retry_s) -> None:
+    """One item answered 503 unavailable_shards_exception (its primary was on a node the cluster
+    lost: injected, since one node cannot lose another): a client that knows several nodes
+    (retry_s > 0) sends it again and it lands; one that knows one node reports it."""
+    real = helpers.parallel_bulk
+
+    def first_pass(client, actions, **kwargs):
+        held = []
+        yield from real(client, (a for a in actions if a["_id"] != "d3" or held.append(a)), **kwargs)
+        for a in held:
+            yield False, {a["_op_type"]: {"_index": a["_index"], "_id": a["_id"], "status": 503, "error": {
+                "type": "unavailable_shards_exception", "reason": "primary shard is not active"}}}
+
+    monkeypatch.setattr(helpers, "parallel_bulk", first_pass)
+    monkeypatch.setattr(opensearch_index.client.transport, "retry_s", retry_s)
+    docs = [Document(id=f"d{i}", title=f"Doc {i}", text="body") for i in range(6)]
+    if retry_s:
+        assert opensearch_index.write(docs) == 6 and "d3" in opensearch_index.get(["d3"])
+    else:
+        with pytest.raises(BulkWriteError, match="1 of 6 items failed: d3: unavailable_shards_exception"):
+            opensearch_index.write(docs)
+
+
 def test_credentials_never_appear_in_errors() -> None:
     from hybridsearch.engines.opensearch import OpenSearchEngine
 

@@ -114,6 +114,14 @@ def test_three_nodes_start_report_and_restart(cluster: tuple[str, dict[str, str]
         assert client.cluster.health()["number_of_nodes"] == 3
     finally:
         client.close()
+    # the nodes share one path.repo, so an fs snapshot repository verifies on all of them
+    from hybridsearch.engines.opensearch.admin import Admin
+
+    admin = Admin(",".join(urls))
+    try:
+        assert admin.repo_add("cluster-test")["verified_nodes"] == 3
+    finally:
+        admin.close()
     # a start of the cluster keeps its size; another size is refused in one line
     again = _cli("start", "--name", name, "--nodes", "2", env=env)
     assert again.returncode == 2 and "is a cluster of 3 nodes" in again.stderr and "Traceback" not in again.stderr
@@ -139,8 +147,7 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
     name, env = cluster
     urls = ",".join(n["url"] for n in _status(name, env)["nodes"])
     index = "scifact"
-    # SciFact with the test encoder's vectors given on input (corpus.npy beside the corpus), loaded
-    # without replicas, which then copy the shards' files (peer recovery: no second indexing)
+    # SciFact with the test encoder's vectors given on input (corpus.npy beside the corpus)
     encoder = HashedWords()
     corpus = tmp_path / "scifact"
     corpus.mkdir()
@@ -149,12 +156,10 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
     np.save(corpus / "corpus.npy", encoder.encode([f"{r.get('title', '')} {r['text']}" for r in rows]))
     admin = Admin(urls)
     try:
-        admin.create(index, shards=3, replicas=0)
+        admin.create(index, shards=3, replicas=1)
         engine = OpenSearchEngine(urls, index=index)
         summary = ingest(engine, corpus, progress=False)
         assert summary.indexed == summary.given == len(rows)
-        admin.client.indices.put_settings(index=index, body={"index.number_of_replicas": 1})
-        admin.client.indices.put_settings(index=f"graph+{index}", body={"index.number_of_replicas": 1})
         admin.client.cluster.health(wait_for_status="green", timeout="120s")
         placed = admin.status(index)
     finally:
@@ -223,7 +228,7 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
         victim = LocalNode(name=_manager(urls.split(",")[0]))
         killed_at = time.monotonic()
         assert victim.kill() is not None
-        time.sleep(12)
+        time.sleep(8)
         restart_at = time.monotonic()
         LocalCluster(name=name).start()
         time.sleep(2)

@@ -598,7 +598,10 @@ def test_reindex_keeps_the_settings_an_operator_set_on_the_live_version(admin, n
     assert engine.count() == 20
     # and on to the version after
     again = admin.reindex(name)
-    assert again.carried == hand_set and not admin.status(name)["warnings"]
+    assert again.carried == hand_set
+    # the one replica has no second node to go to here, which is all the status warns of
+    assert admin.status(name)["warnings"] == [f"1 shard copies of {name}-v3 are unassigned (a node is missing, or "
+                                              "the cluster has fewer nodes than copies)"]
     engine.close()
 
 

@@ -707,6 +707,8 @@ class OpenSearchEngine:
 
         unreachable: dict[str, str] = {}
         blocked: list[dict[str, Any]] = []
+        lost: list[dict[str, Any]] = []  # items whose shard had its primary on a node the cluster lost
+        retry_s = getattr(self.client.transport, "retry_s", 0.0)
 
         def record(ok: bool, item: dict[str, Any], *, retry_429: bool) -> None:
             # a request that failed as a whole reports each of its items with the request's status
@@ -720,6 +722,8 @@ class OpenSearchEngine:
                 rejected.append(by_id[id_])
             elif _reindex_block(info):
                 blocked.append(by_id[id_])  # write-blocked while `indices reindex` copies the index
+            elif retry_s and node_lost(info.get("status"), info.get("error")):
+                lost.append(by_id[id_])  # sent again once a replica has taken over
             elif isinstance(info.get("exception"), opensearchpy.exceptions.ConnectionError):
                 unreachable[id_] = error_reason(info["exception"])
             elif conflicts is not None and info.get("status") == 409:
@@ -738,10 +742,16 @@ class OpenSearchEngine:
                 record(ok, item, retry_429=True)
             if rejected:
                 resend(rejected)
-            for id_ in self._wait_out_block(blocked, resend):
+            if blocked:
+                _log.warning("index %r is write-blocked (a reindex is copying it); %d writes wait", self.index,
+                             len(blocked))
+            for id_ in self._send_again(blocked, resend, s.opensearch_write_block_wait):
                 failures[id_] = (f"write-blocked for more than {s.opensearch_write_block_wait:.0f} s (a reindex "
                                  "still running, or one that was interrupted: see `hybridsearch indices status "
                                  f"{self.index}`)")
+            for id_ in self._send_again(lost, resend, retry_s):
+                failures[id_] = (f"its shard was on a node the cluster lost, and no copy took over within "
+                                 f"{retry_s:.0f} s (opensearch_retry_s)")
             if ok_ids and not unreachable:
                 self.client.indices.refresh(index=index or self.write_alias)
         if unreachable:
@@ -754,24 +764,23 @@ class OpenSearchEngine:
             raise BulkWriteError(f"{len(failures)} of {len(by_id)} items failed: {shown}{more}", failures)
         return ok_ids
 
-    def _wait_out_block(self, blocked: list[dict[str, Any]],
-                        send: Callable[[list[dict[str, Any]]], None]) -> list[str]:
-        """Send items refused by the reindex write block again until they pass: `indices reindex`
-        blocks writes to the live version while it copies it, then moves the write alias to the
-        new version, where the items land. Waits at most `opensearch_write_block_wait` seconds;
-        returns the ids still blocked then."""
-        deadline = time.monotonic() + self.settings.opensearch_write_block_wait
+    @staticmethod
+    def _send_again(items: list[dict[str, Any]], send: Callable[[list[dict[str, Any]]], None],
+                    seconds: float) -> list[str]:
+        """Send refused items again, with backoff, until they pass or `seconds` have gone; `send`
+        puts those refused again back into `items`. For the reindex write block (`indices reindex`
+        blocks writes to the live version while it copies it, then moves the write alias to the new
+        version, where the items land) and for shards whose primary was on a lost node (a replica
+        takes over). Returns the ids still refused."""
+        deadline = time.monotonic() + seconds
         delay = 0.25
-        if blocked:
-            _log.warning("index %r is write-blocked (a reindex is copying it); %d writes wait", self.index,
-                         len(blocked))
-        while blocked and time.monotonic() + delay <= deadline:
+        while items and time.monotonic() + delay <= deadline:
             time.sleep(delay)
             delay = min(2 * delay, 5.0)
-            batch = blocked[:]
-            blocked.clear()
+            batch = items[:]
+            items.clear()
             send(batch)
-        return [str(a["_id"]) for a in blocked]
+        return [str(a["_id"]) for a in items]
 
     # -- reads ----------------------------------------------------------------------------------
     def _sources(self, ids: Sequence[str], includes: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:

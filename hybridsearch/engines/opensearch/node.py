@@ -742,6 +742,7 @@ class LocalNode:
         # the cluster this node starts in: its nodes' names and transport ports (LocalCluster sets
         # it); None: a single-node cluster
         self.peers: dict[str, int] | None = None
+        self.shared_repo: Path | None = None  # the cluster's path.repo, which its nodes share (fs snapshots)
 
     # paths
     @property
@@ -964,7 +965,8 @@ class LocalNode:
             # the k-NN zip on Maven Central has no native libraries: a faiss field would kill the
             # node at its first refresh, so the node says so and hybridsearch refuses to map one
             f"node.attr.{NATIVE_KNN_ATTR}: absent\n"
-            f"path.data: {q(self.data_dir)}\npath.logs: {q(self.logs_dir)}\npath.repo: {q(self.snapshots_dir)}\n")
+            f"path.data: {q(self.data_dir)}\npath.logs: {q(self.logs_dir)}\n"
+            f"path.repo: {q(self.shared_repo or self.snapshots_dir)}\n")
 
     def _discovery(self) -> str:
         """The config's discovery lines: a single-node cluster, or one of `peers` (found by their
@@ -1329,7 +1331,7 @@ class LocalCluster:
             launches: list[tuple[LocalNode, _Launch]] = []
             try:
                 for node in down:
-                    node.peers = peers
+                    node.peers, node.shared_repo = peers, self.first.snapshots_dir
                     launches.append((node, node._spawn(*ports[node.name], heap, java, progress)))
                 for node, launch in launches:
                     node._await(launch, max(deadline - launch.began, 0.1), progress)
