@@ -27,6 +27,21 @@ def torch_only() -> MiniLMEncoder:
     return MiniLMEncoder(runtime="torch")
 
 
+@pytest.fixture(scope="module")
+def made_export(tmp_path_factory) -> Path:
+    """One ONNX export, made once for the tests whose point is not its making (about 5 s each)."""
+    cache = tmp_path_factory.mktemp("made-export")
+    MiniLMEncoder(cache=cache).encode(["x"], query=True)
+    (kept,) = cache.iterdir()
+    return kept
+
+
+def keep(made: Path, cache: Path) -> Path:
+    """A copy of the made export kept in `cache`, as a first encode there would leave it."""
+    cache.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(made, cache / made.name))
+
+
 def test_queries_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_only) -> None:
     enc = MiniLMEncoder(cache=tmp_path)
     got = enc.encode(TEXTS, query=True)  # a long text is truncated as torch truncates it
@@ -47,8 +62,8 @@ def test_queries_run_on_onnxruntime_with_torchs_vectors(tmp_path, torch_only) ->
     assert (enc.encode(batch, query=True) * torch_only.encode(batch)).sum(axis=1).min() > 0.9999
 
 
-def test_a_process_with_a_kept_export_never_imports_torch(tmp_path) -> None:
-    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
+def test_a_process_with_a_kept_export_never_imports_torch(tmp_path, made_export) -> None:
+    keep(made_export, tmp_path)
     code = ("import sys; from pathlib import Path; from hybridsearch.embeddings import MiniLMEncoder; "
             f"e = MiniLMEncoder(cache=Path({str(tmp_path)!r})); v = e.encode(['Brouwer fixed point theorem'] * 40); "
             "print(e.runtime, v.shape, 'torch' in sys.modules)")
@@ -64,9 +79,8 @@ def test_the_int8_runtime_is_close_to_float32(tmp_path, torch_only) -> None:
     assert agree.min() > 0.97 and agree.max() < 0.99999  # close, and really another model
 
 
-def test_a_kept_export_is_used_and_a_damaged_one_is_made_again(tmp_path, caplog, torch_only) -> None:
-    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
-    (kept,) = tmp_path.iterdir()
+def test_a_kept_export_is_used_and_a_damaged_one_is_made_again(tmp_path, caplog, torch_only, made_export) -> None:
+    kept = keep(made_export, tmp_path)
     before = kept.stat().st_ino
     again = MiniLMEncoder(cache=tmp_path)
     again.encode(["x"], query=True)
@@ -98,10 +112,10 @@ def test_the_torch_runtime_exports_nothing(tmp_path, torch_only) -> None:
 
 
 @pytest.mark.parametrize("runtime", ["torch", "auto"])
-def test_by_default_a_texts_vector_does_not_depend_on_its_batch(runtime, torch_only, tmp_path) -> None:
+def test_by_default_a_texts_vector_does_not_depend_on_its_batch(runtime, torch_only, tmp_path, made_export) -> None:
     """The default precision (float32) on any CPU and runtime: a document embedded alone, or in a
     batch padded to a long neighbour, gets the same vector, so inline and worker ingests agree."""
-    torch_only = torch_only if runtime == "torch" else MiniLMEncoder(cache=tmp_path)
+    torch_only = torch_only if runtime == "torch" else MiniLMEncoder(cache=keep(made_export, tmp_path).parent)
     assert torch_only.encode(TEXTS[:1]) is not None and torch_only.precision == "float32"
     alone = np.vstack([torch_only.encode([t]) for t in TEXTS])
     batched = torch_only.encode(TEXTS, batch_size=len(TEXTS))
@@ -155,9 +169,9 @@ def test_an_unusable_cache_leaves_the_export_in_memory(tmp_path, caplog, monkeyp
     assert (got * torch_only.encode(TEXTS[:2])).sum(axis=1).min() > 0.9999
 
 
-def test_a_damaged_export_that_cannot_be_removed_does_not_stop_queries(tmp_path, caplog, monkeypatch) -> None:
-    MiniLMEncoder(cache=tmp_path).encode(["x"], query=True)
-    (kept,) = tmp_path.iterdir()
+def test_a_damaged_export_that_cannot_be_removed_does_not_stop_queries(tmp_path, caplog, monkeypatch,
+                                                                        made_export) -> None:
+    kept = keep(made_export, tmp_path)
     kept.write_bytes(b"not an onnx model")
 
     def denied(self: Path, missing_ok: bool = False) -> None:  # another user's file in a shared cache
@@ -171,10 +185,10 @@ def test_a_damaged_export_that_cannot_be_removed_does_not_stop_queries(tmp_path,
     assert enc.query_runtime == "onnxruntime" and caplog.text.count("cannot use the ONNX export cache") == 1
 
 
-def test_the_export_is_shared_by_environments_with_the_same_model(tmp_path) -> None:
+def test_the_export_is_shared_by_environments_with_the_same_model(tmp_path, made_export) -> None:
+    kept = keep(made_export, tmp_path / "cache")
     enc = MiniLMEncoder(cache=tmp_path / "cache")
     enc.encode(["x"], query=True)
-    (kept,) = (tmp_path / "cache").iterdir()
     inode = kept.stat().st_ino
     weights = Path(enc._model_dir) / "model.safetensors"  # another virtualenv: the same file, another mtime
     other = tmp_path / "other-env"
