@@ -129,9 +129,11 @@ class Settings(BaseSettings):
                                       "cluster): seconds a request that meets a lost node (refused, reset, or "
                                       "502/503/504 while the cluster recovers) is tried again on the other nodes, "
                                       "with backoff, before it fails")
-    opensearch_shards: int = Field(default=1, ge=1, le=1024, description="primary shards of a new index version")
-    opensearch_replicas: int = Field(default=0, ge=0, le=32, description="replicas of each shard of a new index "
-                                     "version (and of its graph index); a cluster of N nodes holds up to N - 1")
+    opensearch_shards: int | None = Field(default=None, ge=1, le=1024, description="primary shards of a new "
+                                          "logical index (default: the chunk template's, 1)")
+    opensearch_replicas: int | None = Field(default=None, ge=0, le=32, description="replicas of each shard of a new "
+                                            "logical index and its graph index (default: the chunk template's, 0); "
+                                            "a cluster of N nodes holds up to N - 1")
     opensearch_index: str = "hybridsearch"
     opensearch_knn_engine: Literal["lucene", "faiss"] = "lucene"
     opensearch_ef_search: int = Field(default=100, ge=1, le=10_000, description="vectors an HNSW search examines "

@@ -124,6 +124,9 @@ def test_three_nodes_start_and_report(cluster: tuple[str, dict[str, str]]) -> No
     # a start of the cluster keeps its size; another size is refused in one line
     again = _cli("start", "--name", name, "--nodes", "2", env=env)
     assert again.returncode == 2 and "is a cluster of 3 nodes" in again.stderr and "Traceback" not in again.stderr
+    # a node of the cluster is never started alone (it would start as a single-node cluster)
+    alone = _cli("start", "--name", f"{name}.2", env=env)
+    assert alone.returncode == 2 and f"is a node of the cluster {name!r}" in alone.stderr, alone.stderr
     # (a start that brings back a node that died: test_a_lost_node_loses_nothing)
 
 
@@ -152,7 +155,7 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
         # two batches: each write refreshes, and fewer, larger segments merge their HNSW graphs less
         summary = ingest(engine, corpus, progress=False, batch_size=2600)
         assert summary.indexed == summary.given == len(rows)
-        admin.client.cluster.health(wait_for_status="green", timeout="120s")
+        admin.client.cluster.health(wait_for_status="green", params={"timeout": "120s"}, request_timeout=130)
         placed = admin.status(index)
     finally:
         admin.close()
@@ -233,7 +236,7 @@ def test_a_lost_node_loses_nothing(cluster: tuple[str, dict[str, str]], tmp_path
     after = {n["name"]: n for n in _status(name, env)["nodes"]}
     assert all(n["running"] and n["answering"] for n in after.values())
     assert after[victim.name]["url"] == before[victim.name]  # at its port
-    health = engine.client.cluster.health(wait_for_status="green", timeout="120s")
+    health = engine.client.cluster.health(wait_for_status="green", params={"timeout": "120s"}, request_timeout=130)
     found = engine.get(acked)
     during = sorted(d for at, d in latency if killed_at <= at <= restart_at)
     ahead = sorted(d for at, d in latency if at < killed_at) or [0.0]

@@ -80,10 +80,10 @@ def add_parsers(sub: Any) -> None:
     s = acts.add_parser("create", parents=[common], help="create NAME-v1 with the aliases NAME and NAME-write",
                         description="Example: hybridsearch indices create papers --shards 3 --replicas 1")
     s.add_argument("name", help="the logical index (its alias)")
-    s.add_argument("--shards", type=int, default=None, help="primary shards (default: $HYBRIDSEARCH_OPENSEARCH_SHARDS "
-                   "or 1); `indices reindex` keeps them")
+    s.add_argument("--shards", type=int, default=None, help="primary shards (default: $HYBRIDSEARCH_OPENSEARCH_SHARDS, "
+                   "else the chunk template's: 1); `indices reindex` keeps them")
     s.add_argument("--replicas", type=int, default=None, help="copies of each shard on other nodes (default: "
-                   "$HYBRIDSEARCH_OPENSEARCH_REPLICAS or 0)")
+                   "$HYBRIDSEARCH_OPENSEARCH_REPLICAS, else the chunk template's: 0)")
     s = acts.add_parser("delete", parents=[common, yes], help="delete every version of an index")
     s.add_argument("name", help="the logical index (its alias)")
     s = acts.add_parser("reindex", parents=[common], help="build the next version and swap the aliases "

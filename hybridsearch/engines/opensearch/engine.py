@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import opensearchpy
@@ -100,14 +100,15 @@ class _Serializer(opensearchpy.JSONSerializer):
 
 def split_urls(url: str) -> list[str]:
     """The URLs of `url`: one node's, or several nodes' of one cluster separated by commas (a comma
-    in credentials is written %2C)."""
-    return [u.strip() for u in url.split(",") if u.strip()]
+    starts another URL only where a scheme follows it, so credentials may hold commas)."""
+    return [u.strip() for u in re.split(r",(?=\s*https?://)", url) if u.strip()]
 
 
 def display_url(url: str) -> str:
     """The URL (or URLs) without credentials, for messages and for anything sent elsewhere."""
-    if "," in url:
-        return ",".join(display_url(u) for u in split_urls(url))
+    urls = split_urls(url)
+    if len(urls) > 1:
+        return ",".join(display_url(u) for u in urls)
     try:
         parts = urlsplit(url)
     except ValueError:  # not a URL (an unclosed [IPv6 address): still never show a password
@@ -287,36 +288,55 @@ def node_lost(status: object, error: object) -> bool:
     return False
 
 
+# reads sent as POST, which a retry cannot apply twice (a bulk write is retried item by item by the
+# engine, whose items carry ids; the query log's carry none)
+_REPEATABLE_POSTS = ("/_search", "/_msearch", "/_count", "/_mget", "/_refresh")
+
+
+def _repeatable(method: str, url: str) -> bool:
+    return method in ("GET", "HEAD") or method == "POST" and url.partition("?")[0].endswith(_REPEATABLE_POSTS)
+
+
 class _Transport(opensearchpy.Transport):
     """opensearch-py's transport, which tries a request that meets a dead node on the next node at
-    once (a refused or reset connection; 502, 503 or 504), and here also keeps trying a request
-    that met a lost node (those, or `node_lost` errors: a search whose fetch phase met it), with
-    backoff, for up to `retry_s` seconds in all: a cluster that lost a node promotes replicas and
-    may elect another cluster manager meanwhile. A timeout is not retried (a slow request is not a
-    lost node). `make_client` gives `retry_s` only to a client that knows several nodes: one node
-    that does not answer fails at once, as it always has."""
+    once (a refused or reset connection; 502, 503 or 504), and here also keeps trying a read (a GET,
+    HEAD or search: `_repeatable`) that met a lost node (those, or `node_lost` errors: a search
+    whose fetch phase met it), with backoff, for up to `retry_s` seconds in all: a cluster that
+    lost a node promotes replicas and may elect another cluster manager meanwhile. A timeout is not
+    retried (a slow request is not a lost node), nor a write (a lock taken, a task started, a
+    snapshot begun would be done twice). `make_client` gives `retry_s` only to a client that knows
+    several nodes: one node that does not answer fails at once, as it always has."""
 
     def __init__(self, hosts: Any, *, retry_s: float = 0.0, **kwargs: Any) -> None:
         super().__init__(hosts, **kwargs)
         self.retry_s = retry_s
 
-    def perform_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+    def perform_request(self, method: str, url: str, params: Any = None, body: Any = None, timeout: Any = None,
+                        ignore: Any = (), headers: Any = None) -> Any:
         exc = opensearchpy.exceptions
-        deadline = time.monotonic() + self.retry_s
+        deadline = time.monotonic() + (self.retry_s if _repeatable(method, url) else 0.0)
         delay = 0.1
         while True:
-            try:
-                return super().perform_request(method, url, *args, **kwargs)
+            try:  # opensearch-py takes `ignore` and `request_timeout` out of the params it is given
+                return super().perform_request(method, url, params=dict(params) if params else params, body=body,
+                                               timeout=timeout, ignore=ignore,
+                                               headers=dict(headers) if headers else headers)
             except exc.ConnectionTimeout:
                 raise
             except exc.TransportError as e:
-                body = e.info if isinstance(e.info, dict) else {}
-                lost = isinstance(e, exc.ConnectionError) or node_lost(e.status_code, body.get("error"))
+                info = e.info if isinstance(e.info, dict) else {}
+                lost = isinstance(e, exc.ConnectionError) or node_lost(e.status_code, info.get("error"))
                 remaining = deadline - time.monotonic()
                 if not lost or remaining <= 0:
                     raise
             time.sleep(min(delay, remaining))  # the last try is at the deadline
             delay = min(2 * delay, 2.0)
+
+
+def retry_window(url: str, settings: Settings) -> float:
+    """Seconds a read, a sub-search or a bulk item that met a lost node is tried again: the
+    setting's for a client that knows several nodes, none for one node."""
+    return settings.opensearch_retry_s if len(split_urls(url)) > 1 else 0.0
 
 
 def make_client(url: str, settings: Settings) -> opensearchpy.OpenSearch:
@@ -332,14 +352,14 @@ def make_client(url: str, settings: Settings) -> opensearchpy.OpenSearch:
     else:
         named = next((urlsplit(u) for u in urls if urlsplit(u).username), None)
         if named is not None:
-            auth = (unquote(named.username or ""), unquote(named.password or ""))
+            auth = (named.username or "", named.password or "")
     return opensearchpy.OpenSearch(
         hosts=[display_url(u) for u in urls], http_auth=auth, use_ssl=parts.scheme == "https",
         verify_certs=s.opensearch_verify_certs,
         ca_certs=str(s.opensearch_ca_certs) if s.opensearch_ca_certs else None,
         ssl_show_warn=False, timeout=s.opensearch_timeout, max_retries=max(2, len(urls)), retry_on_timeout=False,
         http_compress=False, pool_maxsize=8, serializer=_Serializer(), transport_class=_Transport,
-        retry_s=s.opensearch_retry_s if len(urls) > 1 else 0.0)
+        retry_s=retry_window(url, s))
 
 
 @contextmanager
@@ -377,6 +397,7 @@ class OpenSearchEngine:
         check_urls(url)
         self.url = display_url(url)
         self.raw_url = url  # with any credentials it carries: for further clients, never for messages
+        self.retry_s = retry_window(url, s)  # what met a lost node is tried again this long
         self.index = check_index_name(index or s.opensearch_index)
         self.write_alias = f"{self.index}-write"
         # the k-NN engine of new indices; an existing version keeps its own, read with its mapping
@@ -426,8 +447,10 @@ class OpenSearchEngine:
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": index_options(None),
                                          "lexicon": self.analyzer.lexicon.fingerprint, "analysis": ANALYSIS_RULES}}
                 try:
-                    sharding = {"number_of_shards": self.settings.opensearch_shards,
-                                "number_of_replicas": self.settings.opensearch_replicas}
+                    # shards and replicas where the settings name them; else the templates decide
+                    sharding = {k: v for k, v in (("number_of_shards", self.settings.opensearch_shards),
+                                                  ("number_of_replicas", self.settings.opensearch_replicas))
+                                if v is not None}
                     self.client.indices.create(index=first, body={"settings": {"index": sharding},
                                                                   "mappings": {"_meta": meta}},
                                                params={"wait_for_active_shards": "1"})
@@ -495,7 +518,7 @@ class OpenSearchEngine:
         if not bodies:
             return []
         header = {"allow_partial_search_results": False}
-        deadline = time.monotonic() + getattr(self.client.transport, "retry_s", 0.0)
+        deadline = time.monotonic() + self.retry_s
         delay = 0.1
         with self._errors(what):
             while True:
@@ -708,7 +731,7 @@ class OpenSearchEngine:
         unreachable: dict[str, str] = {}
         blocked: list[dict[str, Any]] = []
         lost: list[dict[str, Any]] = []  # items whose shard had its primary on a node the cluster lost
-        retry_s = getattr(self.client.transport, "retry_s", 0.0)
+        retry_s = self.retry_s
 
         def record(ok: bool, item: dict[str, Any], *, retry_429: bool) -> None:
             # a request that failed as a whole reports each of its items with the request's status
@@ -745,13 +768,18 @@ class OpenSearchEngine:
             if blocked:
                 _log.warning("index %r is write-blocked (a reindex is copying it); %d writes wait", self.index,
                              len(blocked))
-            for id_ in self._send_again(blocked, resend, s.opensearch_write_block_wait):
-                failures[id_] = (f"write-blocked for more than {s.opensearch_write_block_wait:.0f} s (a reindex "
-                                 "still running, or one that was interrupted: see `hybridsearch indices status "
-                                 f"{self.index}`)")
-            for id_ in self._send_again(lost, resend, retry_s):
-                failures[id_] = (f"its shard was on a node the cluster lost, and no copy took over within "
-                                 f"{retry_s:.0f} s (opensearch_retry_s)")
+            # an item sent again for one reason may be refused for the other: on until both are
+            # empty, each item given each wait at most twice, then reported
+            for last in (False, False, True):
+                for items, wait, why in (
+                        (blocked, s.opensearch_write_block_wait,
+                         f"write-blocked for more than {s.opensearch_write_block_wait:.0f} s (a reindex still "
+                         f"running, or one that was interrupted: see `hybridsearch indices status {self.index}`)"),
+                        (lost, retry_s, f"its shard was on a node the cluster lost, and no copy took over within "
+                                        f"{retry_s:.0f} s (opensearch_retry_s)")):
+                    for id_ in self._send_again(items, resend, 0.0 if last else wait):
+                        failures[id_] = why
+                    items.clear()
             if ok_ids and not unreachable:
                 self.client.indices.refresh(index=index or self.write_alias)
         if unreachable:
@@ -794,8 +822,22 @@ class OpenSearchEngine:
         for i in range(0, len(ids), _PAGE):
             params: dict[str, Any] = ({"_source_includes": ",".join(includes)} if includes is not None
                                       else {"_source_excludes": ",".join(Q.EXCLUDE_SOURCE)})
-            with self._errors("get"):
-                got = self.client.mget(index=self.index, body={"ids": ids[i:i + _PAGE]}, params=params)
+            deadline, delay = time.monotonic() + self.retry_s, 0.1
+            while True:
+                with self._errors("get"):
+                    got = self.client.mget(index=self.index, body={"ids": ids[i:i + _PAGE]}, params=params)
+                # a document the node could not read because its shard was on a lost node is not a
+                # missing one (other errors, an index deleted meanwhile, read as missing, as ever)
+                failed = [d for d in got["docs"] if "error" in d and node_lost(None, d["error"])]
+                remaining = deadline - time.monotonic()
+                if not failed or remaining <= 0:
+                    break
+                time.sleep(min(delay, remaining))
+                delay = min(2 * delay, 2.0)
+            if failed:
+                err = failed[0]["error"]
+                raise EngineUnavailableError(f"OpenSearch at {self.url} could not read {len(failed)} chunks (get): "
+                                             f"{err.get('type', err) if isinstance(err, dict) else err}")
             out.update({d["_id"]: d for d in got["docs"] if d.get("found")})
         return out
 

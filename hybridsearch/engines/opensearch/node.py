@@ -1025,9 +1025,10 @@ class LocalNode:
         _write_json(self.state_file, state)
 
     def _forget(self) -> None:
-        """The node is gone: keep only its ports in the state file, for the next start to reuse."""
+        """The node is gone: keep only its ports (and its cluster's node names) in the state file,
+        for the next start to reuse."""
         state = self._read_state()
-        kept: dict[str, Any] = {k: state[k] for k in ("name", "port", "transport_port") if k in state}
+        kept: dict[str, Any] = {k: state[k] for k in ("name", "port", "transport_port", "cluster") if k in state}
         if "port" in kept:
             self._write_state(kept)
         else:
@@ -1053,6 +1054,11 @@ class LocalNode:
         or green, or red with nothing left to recover (see `_Ready`; `red_indices` names them). If it
         already runs and answers, return its URL. timeout covers the launch, not the install."""
         timeout, heap = self._start_checks(timeout)
+        cluster = self._read_state().get("cluster")
+        if self.peers is None and isinstance(cluster, list) and len(cluster) > 1:
+            # alone it would start as a single-node cluster over a cluster's data
+            raise ConfigError(f"node {self.name!r} is a node of the cluster {cluster[0]!r}; start the cluster: "
+                              f"hybridsearch opensearch start --name {cluster[0]}")
         existing = self._already_running(timeout)
         if existing is not None:
             return existing
@@ -1268,11 +1274,12 @@ class LocalCluster:
         return self.first.node_dir / "cluster.json"
 
     def names(self) -> list[str]:
-        """The cluster's node names, from its record; [NAME] for a node alone."""
+        """The cluster's node names, from its record (or, without one, from what the node NAME
+        recorded of its cluster); [NAME] for a node alone."""
         try:
             data = json.loads(self.record_file.read_text())
         except (OSError, ValueError):
-            return [self.name]
+            data = {"nodes": self.first._read_state().get("cluster")}
         names = data.get("nodes") if isinstance(data, dict) else None
         return [str(n) for n in names] if isinstance(names, list) and names else [self.name]
 
@@ -1285,6 +1292,9 @@ class LocalCluster:
         1), all at once, and return the first answering node's URL once every node has joined and
         the cluster is yellow or green. A cluster keeps its size: another `size` is refused."""
         names = self.names()
+        if names[0] != self.name:
+            raise ConfigError(f"node {self.name!r} is a node of the cluster {names[0]!r}; start the cluster: "
+                              f"hybridsearch opensearch start --name {names[0]}")
         if size is not None and not 1 <= size <= MAX_CLUSTER_NODES:
             raise ConfigError(f"nodes: {size} is not a node count from 1 to {MAX_CLUSTER_NODES}")
         if len(names) > 1 and size not in (None, len(names)):
@@ -1318,24 +1328,33 @@ class LocalCluster:
             for node in nodes:
                 stack.enter_context(_file_lock(node.node_dir / ".start.lock"))
             down = [node for node in nodes if node.running_pid() is None]
-            # every node's ports are chosen before any config is written: each config names them all
+            # every node's ports are chosen before any config is written (each config names them
+            # all), each node's previous ones kept from the others
+            previous = {n.name: {p for k in ("port", "transport_port")
+                                 if isinstance(p := n._read_state().get(k), int)} for n in nodes}
             ports: dict[str, tuple[int, int]] = {}
             for i, node in enumerate(nodes):
                 state = node._read_state()
                 if node in down:
-                    ports[node.name] = node._ports(port if i == 0 else None, {p for ps in ports.values() for p in ps},
-                                                   configured=i == 0)
+                    others = {p for n, ps in previous.items() if n != node.name for p in ps}
+                    ports[node.name] = node._ports(port if i == 0 else None,
+                                                   others | {p for ps in ports.values() for p in ps}, configured=i == 0)
+                elif isinstance(state.get("port"), int) and isinstance(state.get("transport_port"), int):
+                    ports[node.name] = (state["port"], state["transport_port"])
                 else:
-                    ports[node.name] = (int(state["port"]), int(state["transport_port"]))
+                    raise EngineUnavailableError(f"node {node.name!r} runs but {node.state_file} lacks its ports; "
+                                                 f"stop the cluster (hybridsearch opensearch stop --name {self.name}) "
+                                                 "and start it again")
             peers = {n.name: ports[n.name][1] for n in nodes}
             launches: list[tuple[LocalNode, _Launch]] = []
             try:
-                for node in down:
-                    node.peers, node.shared_repo = peers, self.first.snapshots_dir
-                    launches.append((node, node._spawn(*ports[node.name], heap, java, progress)))
-                for node, launch in launches:
-                    node._await(launch, max(deadline - launch.began, 0.1), progress)
-                url = self._wait_joined(nodes, deadline)
+                with _signals_end_the_wait():
+                    for node in down:
+                        node.peers, node.shared_repo = peers, self.first.snapshots_dir
+                        launches.append((node, node._spawn(*ports[node.name], heap, java, progress)))
+                    for node, launch in launches:
+                        node._await(launch, max(deadline - launch.began, 0.1), progress)
+                    url = self._wait_joined(nodes, deadline)
             except BaseException:
                 for node, launch in launches:
                     node._kill_launch(launch.launcher)

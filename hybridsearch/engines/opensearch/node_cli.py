@@ -29,9 +29,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     common.add_argument("--name", default="default", help="node (or cluster) name; each has its own data, logs "
                         "and ports (default: %(default)s)")
 
-    p = sub.add_parser("opensearch", help="run a local single-node OpenSearch 2.19.1 on 127.0.0.1",
-                       description="A local single-node OpenSearch 2.19.1 on 127.0.0.1, assembled from Maven Central "
-                       "artifacts (needs mvn and a JDK 11..21). As root it runs as the user 'hybridsearch'.")
+    p = sub.add_parser("opensearch", help="run a local OpenSearch 2.19.1 node, or a cluster of them, on 127.0.0.1",
+                       description="A local OpenSearch 2.19.1 node (or a cluster of them: start --nodes N) on "
+                       "127.0.0.1, assembled from Maven Central artifacts (needs mvn and a JDK 11..21). As root it "
+                       "runs as the user 'hybridsearch'.")
     actions = p.add_subparsers(dest="opensearch_action", required=True, metavar="{start,stop,status}")
 
     s = actions.add_parser("start", parents=[common], help="install if needed, start, print the URL",
