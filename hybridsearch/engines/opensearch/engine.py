@@ -826,9 +826,10 @@ class OpenSearchEngine:
             while True:
                 with self._errors("get"):
                     got = self.client.mget(index=self.index, body={"ids": ids[i:i + _PAGE]}, params=params)
-                # a document the node could not read because its shard was on a lost node is not a
-                # missing one (other errors, an index deleted meanwhile, read as missing, as ever)
-                failed = [d for d in got["docs"] if "error" in d and node_lost(None, d["error"])]
+                # on a cluster, a document the node could not read because its shard was on a lost
+                # node is not a missing one (other errors, an index deleted meanwhile, and on one
+                # node a shard still starting, are read as missing, as ever)
+                failed = [d for d in got["docs"] if self.retry_s and "error" in d and node_lost(None, d["error"])]
                 remaining = deadline - time.monotonic()
                 if not failed or remaining <= 0:
                     break
