@@ -105,19 +105,12 @@ def test_three_nodes_start_and_report(cluster: tuple[str, dict[str, str]]) -> No
     assert all(n["running"] and n["answering"] and n["pid"] for n in st["nodes"])
     urls = [n["url"] for n in st["nodes"]]
     assert len(set(urls)) == 3
-    from hybridsearch.config import get_settings
-    from hybridsearch.engines.opensearch.engine import make_client
-
-    client = make_client(urls[0], get_settings())
-    try:
-        assert client.cluster.health()["number_of_nodes"] == 3
-    finally:
-        client.close()
-    # the nodes share one path.repo, so an fs snapshot repository verifies on all of them
     from hybridsearch.engines.opensearch.admin import Admin
 
     admin = Admin(",".join(urls))
     try:
+        assert admin.client.cluster.health()["number_of_nodes"] == 3
+        # the nodes share one path.repo, so an fs snapshot repository verifies on all of them
         assert admin.repo_add("cluster-test")["verified_nodes"] == 3
     finally:
         admin.close()

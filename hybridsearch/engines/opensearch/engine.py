@@ -8,6 +8,7 @@ contract's meanings: raw BM25, raw cosine, Hamming similarity.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -288,6 +289,16 @@ def node_lost(status: object, error: object) -> bool:
     return False
 
 
+def _pauses(seconds: float) -> Iterator[None]:
+    """Pauses with backoff (0.1 s, doubling up to 2 s) until `seconds` from now have gone, the last
+    ending then: a loop over them tries again after each (what met a lost node)."""
+    deadline, delay = time.monotonic() + seconds, 0.1
+    while (remaining := deadline - time.monotonic()) > 0:
+        time.sleep(min(delay, remaining))
+        delay = min(2 * delay, 2.0)
+        yield
+
+
 # reads sent as POST, which a retry cannot apply twice (a bulk write is retried item by item by the
 # engine, whose items carry ids; the query log's carry none)
 _REPEATABLE_POSTS = ("/_search", "/_msearch", "/_count", "/_mget", "/_refresh")
@@ -314,9 +325,8 @@ class _Transport(opensearchpy.Transport):
     def perform_request(self, method: str, url: str, params: Any = None, body: Any = None, timeout: Any = None,
                         ignore: Any = (), headers: Any = None) -> Any:
         exc = opensearchpy.exceptions
-        deadline = time.monotonic() + (self.retry_s if _repeatable(method, url) else 0.0)
-        delay = 0.1
-        while True:
+        last: Exception | None = None
+        for _ in itertools.chain([None], _pauses(self.retry_s if _repeatable(method, url) else 0.0)):
             try:  # opensearch-py takes `ignore` and `request_timeout` out of the params it is given
                 return super().perform_request(method, url, params=dict(params) if params else params, body=body,
                                                timeout=timeout, ignore=ignore,
@@ -325,12 +335,11 @@ class _Transport(opensearchpy.Transport):
                 raise
             except exc.TransportError as e:
                 info = e.info if isinstance(e.info, dict) else {}
-                lost = isinstance(e, exc.ConnectionError) or node_lost(e.status_code, info.get("error"))
-                remaining = deadline - time.monotonic()
-                if not lost or remaining <= 0:
+                if not (isinstance(e, exc.ConnectionError) or node_lost(e.status_code, info.get("error"))):
                     raise
-            time.sleep(min(delay, remaining))  # the last try is at the deadline
-            delay = min(2 * delay, 2.0)
+                last = e
+        assert last is not None
+        raise last
 
 
 def retry_window(url: str, settings: Settings) -> float:
@@ -518,17 +527,12 @@ class OpenSearchEngine:
         if not bodies:
             return []
         header = {"allow_partial_search_results": False}
-        deadline = time.monotonic() + self.retry_s
-        delay = 0.1
         with self._errors(what):
-            while True:
+            for _ in itertools.chain([None], _pauses(self.retry_s)):
                 got = self.client.msearch(index=self.index, body=[line for b in bodies for line in (header, b)])
                 failed = [r for r in got["responses"] if "error" in r]
-                remaining = deadline - time.monotonic()
-                if not failed or remaining <= 0 or not all(node_lost(r.get("status"), r["error"]) for r in failed):
+                if not failed or not all(node_lost(r.get("status"), r["error"]) for r in failed):
                     break
-                time.sleep(min(delay, remaining))
-                delay = min(2 * delay, 2.0)
             for r in failed:
                 status, err = int(r.get("status", 500)), r["error"]
                 kind = err.get("type", "") if isinstance(err, dict) else str(err)
@@ -822,19 +826,15 @@ class OpenSearchEngine:
         for i in range(0, len(ids), _PAGE):
             params: dict[str, Any] = ({"_source_includes": ",".join(includes)} if includes is not None
                                       else {"_source_excludes": ",".join(Q.EXCLUDE_SOURCE)})
-            deadline, delay = time.monotonic() + self.retry_s, 0.1
-            while True:
+            for _ in itertools.chain([None], _pauses(self.retry_s)):
                 with self._errors("get"):
                     got = self.client.mget(index=self.index, body={"ids": ids[i:i + _PAGE]}, params=params)
                 # on a cluster, a document the node could not read because its shard was on a lost
                 # node is not a missing one (other errors, an index deleted meanwhile, and on one
                 # node a shard still starting, are read as missing, as ever)
                 failed = [d for d in got["docs"] if self.retry_s and "error" in d and node_lost(None, d["error"])]
-                remaining = deadline - time.monotonic()
-                if not failed or remaining <= 0:
+                if not failed:
                     break
-                time.sleep(min(delay, remaining))
-                delay = min(2 * delay, 2.0)
             if failed:
                 err = failed[0]["error"]
                 raise EngineUnavailableError(f"OpenSearch at {self.url} could not read {len(failed)} chunks (get): "

@@ -1057,8 +1057,7 @@ class LocalNode:
         cluster = self._read_state().get("cluster")
         if self.peers is None and isinstance(cluster, list) and len(cluster) > 1:
             # alone it would start as a single-node cluster over a cluster's data
-            raise ConfigError(f"node {self.name!r} is a node of the cluster {cluster[0]!r}; start the cluster: "
-                              f"hybridsearch opensearch start --name {cluster[0]}")
+            raise _not_alone(self.name, str(cluster[0]))
         existing = self._already_running(timeout)
         if existing is not None:
             return existing
@@ -1259,6 +1258,12 @@ class LocalNode:
 MAX_CLUSTER_NODES = 9
 
 
+def _not_alone(node: str, cluster: str) -> ConfigError:
+    """The error of a start of one node of a cluster on its own."""
+    return ConfigError(f"node {node!r} is a node of the cluster {cluster!r}; start the cluster: "
+                       f"hybridsearch opensearch start --name {cluster}")
+
+
 class LocalCluster:
     """Local nodes on loopback forming one cluster, each a LocalNode with its own config, data,
     logs and ports: the first is named NAME, the others NAME.2 … NAME.<n>, and the record
@@ -1293,8 +1298,7 @@ class LocalCluster:
         the cluster is yellow or green. A cluster keeps its size: another `size` is refused."""
         names = self.names()
         if names[0] != self.name:
-            raise ConfigError(f"node {self.name!r} is a node of the cluster {names[0]!r}; start the cluster: "
-                              f"hybridsearch opensearch start --name {names[0]}")
+            raise _not_alone(self.name, names[0])
         if size is not None and not 1 <= size <= MAX_CLUSTER_NODES:
             raise ConfigError(f"nodes: {size} is not a node count from 1 to {MAX_CLUSTER_NODES}")
         if len(names) > 1 and size not in (None, len(names)):
@@ -1330,11 +1334,12 @@ class LocalCluster:
             down = [node for node in nodes if node.running_pid() is None]
             # every node's ports are chosen before any config is written (each config names them
             # all), each node's previous ones kept from the others
-            previous = {n.name: {p for k in ("port", "transport_port")
-                                 if isinstance(p := n._read_state().get(k), int)} for n in nodes}
+            states = {n.name: n._read_state() for n in nodes}
+            previous = {name: {p for k in ("port", "transport_port") if isinstance(p := st.get(k), int)}
+                        for name, st in states.items()}
             ports: dict[str, tuple[int, int]] = {}
             for i, node in enumerate(nodes):
-                state = node._read_state()
+                state = states[node.name]
                 if node in down:
                     others = {p for n, ps in previous.items() if n != node.name for p in ps}
                     ports[node.name] = node._ports(port if i == 0 else None,
