@@ -136,6 +136,10 @@ class Settings(BaseSettings):
                                             "a cluster of N nodes holds up to N - 1")
     opensearch_index: str = "hybridsearch"
     opensearch_knn_engine: Literal["lucene", "faiss"] = "lucene"
+    opensearch_vector_compression: Literal["1x", "4x", "32x"] = Field(
+        default="1x", description="the dense vectors of a new OpenSearch index (lucene engine, OpenSearch 3.x): "
+        "1x float32; 4x quantised to 7 bits, 32x to 1 bit, searched on those and rescored with the float32 "
+        "vectors kept on disk")
     opensearch_ef_search: int = Field(default=100, ge=1, le=10_000, description="vectors an HNSW search examines "
                                       "at least (query-time ef_search; more for a larger k)")
     opensearch_bulk_docs: int = Field(default=250, ge=1, description="documents per bulk request")
@@ -156,6 +160,9 @@ class Settings(BaseSettings):
                                          "data; default ~/.cache/hybridsearch/opensearch, or "
                                          "/var/cache/hybridsearch/opensearch as root")
     opensearch_port: int | None = Field(default=None, ge=1, le=65535, description="default: a free port")
+    opensearch_version: str = Field(default="3.6.0", description="the OpenSearch release of a new local node: "
+                                    "3.6.0 (Java 21 or newer) or 2.19.1 (Java 11..21); a node keeps the release "
+                                    "its data was written by")
     opensearch_heap: str = "1g"
     opensearch_java_home: Path | None = None
     opensearch_start_timeout: float = Field(default=180.0, gt=0)

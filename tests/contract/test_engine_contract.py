@@ -240,6 +240,60 @@ def test_opensearch_msearch_failures_are_one_clear_error(opensearch_index) -> No
         opensearch_index._msearch([{"query": {"match_all": {}}}, {"query": {"no_such_query": {}}}], "hamming")
 
 
+@pytest.mark.opensearch
+def test_compressed_vectors_find_and_score_as_the_float32_ones(opensearch_url, monkeypatch) -> None:
+    """opensearch_vector_compression: a new index quantises its dense vectors (k-NN's
+    compression_level), and a kNN search rescores its candidates with the float32 vectors, so the
+    hits and their cosines are the exact ones. A 3.x node without the k-NN native libraries reads
+    such an index through NIOFS (with the files mapped, 3.x scores quantised vectors with those
+    libraries, and the node dies at the first search). 2.x, which would not rescore, refuses."""
+    import uuid
+
+    from hybridsearch.engines.opensearch import OpenSearchEngine
+    from hybridsearch.engines.opensearch.admin import lacking_native_knn, server_major
+    from hybridsearch.errors import ConfigError
+
+    rng = np.random.default_rng(3)
+    n = 2000
+    vecs = unit_vectors(20, seed=5)[rng.integers(0, 20, n)] + 0.05 * rng.standard_normal((n, 384))
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    docs = [Document(id=f"d{i}", title=f"chunk {i}", text="a compressed vector") for i in range(n)]
+    # queries near the chunks, as a query's vector is near those of the chunks that answer it
+    queries = vecs[rng.integers(0, n, 12)] + 0.03 * rng.standard_normal((12, 384))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    probe = OpenSearchEngine(opensearch_url, index="unused")
+    major, lacking = server_major(probe.client), bool(lacking_native_knn(probe.client))
+    probe.close()
+    for level in ("4x", "32x"):
+        monkeypatch.setenv("HYBRIDSEARCH_OPENSEARCH_VECTOR_COMPRESSION", level)
+        engine = OpenSearchEngine(opensearch_url, index=f"test-compressed-{level}-{uuid.uuid4().hex[:6]}")
+        try:
+            if major < 3:
+                with pytest.raises(ConfigError, match=rf"^opensearch_vector_compression: '{level}' needs OpenSearch "
+                                                      r"3\.x .*; the cluster runs 2\.x$"):
+                    engine.write(docs[:1], vecs[:1])
+                continue
+            engine.write(docs, vecs)
+            details = engine.stats().details
+            assert details["compression"] == level
+            live = details["concrete_index"]
+            store = engine.client.indices.get_settings(index=live)[live]["settings"]["index"].get("store", {})
+            assert store.get("type") == ("niofs" if major >= 3 and lacking else None)
+            found = total = 0
+            for q in queries:
+                got = engine.knn(q, 10)
+                exact = vecs @ q
+                tenth = np.sort(exact)[-10]
+                found += sum(exact[int(i[1:])] >= tenth - 1e-6 for i in got.ids)
+                total += 10
+                # rescored with the float32 vectors: each hit's cosine is its exact one
+                assert got.scores == pytest.approx([float(exact[int(i[1:])]) for i in got.ids], abs=1e-5)
+            assert found / total >= 0.95, (level, found, total)
+        finally:
+            engine.drop()
+            engine.close()
+
+
 @pytest.mark.parametrize(("filters", "bm25_ids", "dense_ids"), [
     (Filters(subjects=["topology"]), {"a"}, {"a"}),
     (Filters(subjects=["ANALYSIS"]), {"b"}, {"b", "c"}),

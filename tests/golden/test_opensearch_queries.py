@@ -160,13 +160,31 @@ def test_a_works_graph_document_and_its_binary_doc_value() -> None:
 
 
 def test_templates_name_the_configured_knn_engine() -> None:
-    lucene, faiss = Q.chunks_template("lucene"), Q.chunks_template("faiss")
+    lucene, faiss = Q.chunks_template("lucene", 2), Q.chunks_template("faiss", 2)
     props = lucene["template"]["mappings"]["properties"]
     assert props["dense"]["space_type"] == "cosinesimil" and props["dense"]["method"]["engine"] == "lucene"
     assert props["hdc_topic"]["data_type"] == "binary" and props["hdc_topic"]["dimension"] == 4096
     fprops = faiss["template"]["mappings"]["properties"]
     assert fprops["dense"]["space_type"] == "innerproduct" and fprops["hdc_acts"]["method"]["engine"] == "faiss"
     assert lucene["template"]["settings"]["index"]["similarity"]["hs_bm25"] == {"type": "BM25", "k1": 1.2, "b": 0.75}
+    # 3.x's BM25 drops the (k1+1) factor: the classic form, the embedded engine's scale, is LegacyBM25 there
+    on3 = Q.chunks_template("lucene", 3)
+    assert on3["template"]["settings"]["index"]["similarity"]["hs_bm25"] == {"type": "LegacyBM25", "k1": 1.2, "b": 0.75}
+    assert on3["template"]["mappings"] == lucene["template"]["mappings"]
+    # compressed dense vectors (3.x): the dense and passage vectors quantised, the HDC codes as they are; a
+    # component template of their own, which the index template names
+    small = Q.chunks_template("lucene", 3, "32x", niofs=True)
+    sprops = small["template"]["mappings"]["properties"]
+    assert sprops["dense"]["compression_level"] == "32x" == sprops["passages"]["properties"]["v"]["compression_level"]
+    assert all("compression_level" not in v for f, v in sprops.items() if f.startswith("hdc_"))
+    assert small["template"]["settings"]["index"]["store"] == {"type": "niofs"}
+    assert "store" not in Q.chunks_template("lucene", 3, "4x")["template"]["settings"]["index"]
+    assert "compression_level" not in props["dense"]
+    assert Q.chunks_component("lucene", "1x") == "hybridsearch-chunks-lucene"
+    assert Q.index_template("papers", "lucene", "4x")["composed_of"] == ["hybridsearch-chunks-lucene-4x"]
+    knn = Q.knn_query("dense", [0.5, 0.5], 10, None, 100, rescore=True)["query"]["knn"]["dense"]
+    assert knn["rescore"] == {"oversample_factor": Q.RESCORE_OVERSAMPLE} and knn["k"] == 10
+    assert "rescore" not in Q.knn_query("dense", [0.5, 0.5], 10, None, 100)["query"]["knn"]["dense"]
     every = ("title", "text", "procedure", "utility_acts", "utility_note", "condition", "role", "subjects")
     assert all(props["bm25"]["properties"][f]["analyzer"] == "hs_tokens" for f in every)
     assert props["title"]["analyzer"] == "english" and props["subjects"]["fields"]["en"]["analyzer"] == "english"
@@ -210,7 +228,7 @@ def test_the_query_log_policy_and_template() -> None:
 def test_missing_fields_of_an_older_mapping() -> None:
     from hybridsearch.engines.opensearch.admin import missing_fields
 
-    want = Q.chunks_template("faiss")["template"]["mappings"]
+    want = Q.chunks_template("faiss", 2)["template"]["mappings"]
     assert missing_fields(want, want) == []
     old = {"properties": {name: dict(spec) for name, spec in want["properties"].items() if name != "ym"}}
     del old["properties"]["title"]["fields"]

@@ -332,6 +332,7 @@ def test_templates_apply_is_idempotent(admin, name) -> None:
 
 def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> None:
     from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.engines.opensearch.admin import server_major
 
     admin.create(name)
     status = admin.status(name)
@@ -343,7 +344,7 @@ def test_status_names_what_an_index_from_older_templates_lacks(admin, name) -> N
     del mapping["properties"]["title"]["fields"], mapping["properties"]["title_bin"]
     admin.client.indices.delete(index=v1)
     admin.client.indices.delete_index_template(name=f"hybridsearch-{name}")
-    settings = Q.chunks_template(status["knn_engine"])["template"]["settings"]
+    settings = Q.chunks_template(status["knn_engine"], server_major(admin.client))["template"]["settings"]
     admin.client.indices.create(index=v1, body={"settings": settings, "mappings": mapping, "aliases": aliases})
     # a chunk as that cluster wrote it
     admin.client.index(index=v1, id="old", body={"id": "old", "work_id": "old", "title": "Ancient title"},
@@ -442,6 +443,7 @@ def test_an_index_made_before_passages_lists_its_chunks_to_embed(admin, name) ->
     the field into its mapping, and `embed` then completes them."""
     from hybridsearch.engines.embedded.store import hash_text
     from hybridsearch.engines.opensearch import queries as Q
+    from hybridsearch.engines.opensearch.admin import server_major
     from hybridsearch.scoring import document_joined
 
     status = admin.status(admin.create(name).name)
@@ -451,7 +453,7 @@ def test_an_index_made_before_passages_lists_its_chunks_to_embed(admin, name) ->
     del mapping["properties"]["passages"]
     admin.client.indices.delete(index=v1)
     admin.client.indices.delete_index_template(name=f"hybridsearch-{name}")
-    settings = Q.chunks_template(status["knn_engine"])["template"]["settings"]
+    settings = Q.chunks_template(status["knn_engine"], server_major(admin.client))["template"]["settings"]
     admin.client.indices.create(index=v1, body={"settings": settings, "mappings": mapping, "aliases": aliases})
     engine = admin.engine(name)
     doc = Document(id="old", title="Ancient title", text="One sentence. Another one.")

@@ -5,6 +5,7 @@ HYBRIDSEARCH_REQUIRE_OPENSEARCH=1."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pwd
@@ -28,11 +29,12 @@ from hybridsearch.engines.opensearch import node as node_mod
 from hybridsearch.engines.opensearch.admin import Admin
 from hybridsearch.engines.opensearch.engine import OpenSearchEngine
 from hybridsearch.engines.opensearch.node import (
-    OPENSEARCH_VERSION,
+    RELEASES,
     SERVICE_USER,
     JavaHome,
     LocalNode,
     choose_java_home,
+    default_release,
     java_unsuitable_reason,
     parse_java_version,
 )
@@ -104,13 +106,20 @@ def test_parse_java_version(text: str, expected: tuple[int, str] | None) -> None
     assert parse_java_version(text) == expected
 
 
+V2, V3 = RELEASES["2.19.1"], RELEASES["3.6.0"]
+
+
 def test_java_suitability() -> None:
-    assert java_unsuitable_reason(17) is None
-    assert java_unsuitable_reason(11) is None
-    assert java_unsuitable_reason(21) is None
-    assert "Security Manager" in (java_unsuitable_reason(25) or "")
-    assert "Security Manager" in (java_unsuitable_reason(24) or "")
-    assert java_unsuitable_reason(8) is not None
+    assert java_unsuitable_reason(17, V2) is None
+    assert java_unsuitable_reason(11, V2) is None
+    assert java_unsuitable_reason(21, V2) is None
+    assert "Security Manager" in (java_unsuitable_reason(25, V2) or "")
+    assert "--version 3.6.0" in (java_unsuitable_reason(24, V2) or "")
+    assert java_unsuitable_reason(8, V2) is not None
+    # 3.x: Java 21 or newer, no upper bound
+    assert java_unsuitable_reason(21, V3) is None and java_unsuitable_reason(25, V3) is None
+    assert java_unsuitable_reason(17, V3) == "OpenSearch 3.6.0 supports Java 21 or newer (preferably 21 or 25), not 17"
+    assert java_unsuitable_reason(17) == java_unsuitable_reason(17, default_release())
 
 
 def _fake_jdk(root: Path, name: str, version: str) -> Path:
@@ -136,11 +145,16 @@ def test_choose_java_prefers_17_then_21(tmp_path: Path, no_java_env: None) -> No
     for name, version in [("jdk-25", "25.0.1"), ("jdk-11", "11.0.22"), ("jdk-21", "21.0.2"), ("jdk-17", "17.0.9"),
                           ("jdk-8", "1.8.0_392")]:
         _fake_jdk(jvm, name, version)
-    assert choose_java_home(jvm_dir=jvm) == JavaHome((jvm / "jdk-17").resolve(), 17, "17.0.9")
+    assert choose_java_home(jvm_dir=jvm, release=V2) == JavaHome((jvm / "jdk-17").resolve(), 17, "17.0.9")
+    assert choose_java_home(jvm_dir=jvm, release=V3).major == 21
     shutil.rmtree(jvm / "jdk-17")
-    assert choose_java_home(jvm_dir=jvm).major == 21
+    assert choose_java_home(jvm_dir=jvm, release=V2).major == 21
     shutil.rmtree(jvm / "jdk-21")
-    assert choose_java_home(jvm_dir=jvm).major == 11
+    assert choose_java_home(jvm_dir=jvm, release=V2).major == 11
+    assert choose_java_home(jvm_dir=jvm, release=V3).major == 25
+    shutil.rmtree(jvm / "jdk-25")
+    with pytest.raises(ConfigError, match=r"^no JDK 21 or newer for OpenSearch 3\.6\.0 found \(.*jdk-11 \(Java 11"):
+        choose_java_home(jvm_dir=jvm, release=V3)
 
 
 def test_choose_java_refuses_24_plus_and_names_what_it_found(tmp_path: Path, no_java_env: None,
@@ -149,16 +163,17 @@ def test_choose_java_refuses_24_plus_and_names_what_it_found(tmp_path: Path, no_
     j25 = _fake_jdk(jvm, "temurin-25", "25.0.3")
     _fake_jdk(jvm, "jdk-8", "1.8.0_392")
     with pytest.raises(ConfigError) as err:
-        choose_java_home(jvm_dir=jvm)
+        choose_java_home(jvm_dir=jvm, release=V2)
     msg = str(err.value)
     assert "temurin-25" in msg and "Security Manager" in msg and "jdk-8" in msg
     # an explicit JDK that does not fit is an error, not silently replaced
     with pytest.raises(ConfigError, match="Security Manager"):
-        choose_java_home(j25, jvm_dir=jvm)
+        choose_java_home(j25, jvm_dir=jvm, release=V2)
     # JAVA_HOME that does not fit is passed over for one that does
     j17 = _fake_jdk(jvm, "jdk-17", "17.0.9")
     monkeypatch.setenv("JAVA_HOME", str(j25))
-    assert choose_java_home(jvm_dir=jvm).path == j17.resolve()
+    assert choose_java_home(jvm_dir=jvm, release=V2).path == j17.resolve()
+    assert choose_java_home(jvm_dir=jvm, release=V3).path == j25
 
 
 def test_a_home_with_whitespace_is_refused_before_anything(tmp_path: Path) -> None:
@@ -175,7 +190,9 @@ def test_bad_start_options_and_homes_are_one_line(tmp_path: Path, capsys: pytest
     for argv, why in ((["--port", "0"], "argument --port: a port is a whole number from 1 to 65535, got '0'"),
                       (["--port", "70000"], "from 1 to 65535, got '70000'"),
                       (["--timeout", "nan"], "argument --timeout: a number of seconds above 0, got 'nan'"),
-                      (["--timeout", "-1"], "a number of seconds above 0, got '-1'")):
+                      (["--timeout", "-1"], "a number of seconds above 0, got '-1'"),
+                      (["--version", "2.11.0"], "argument --version: invalid choice: '2.11.0' (choose from "
+                                                "'2.19.1', '3.6.0')")):
         with pytest.raises(SystemExit) as done:
             main(["opensearch", "start", *argv])
         assert done.value.code == 2
@@ -254,7 +271,7 @@ class TestLocalNode:
     def test_start_answers_with_version_plugins_and_modules(self, running: tuple[LocalNode, str]) -> None:
         node, url = running
         assert url.startswith("http://127.0.0.1:")
-        assert _call("GET", url)["version"]["number"] == OPENSEARCH_VERSION
+        assert _call("GET", url)["version"]["number"] == node.release.version == default_release().version
         health = _call("GET", f"{url}/_cluster/health")
         assert health["status"] in ("green", "yellow") and health["cluster_name"] == "hybridsearch"
         components = {row["component"] for row in _call("GET", f"{url}/_cat/plugins?format=json")}
@@ -274,11 +291,26 @@ class TestLocalNode:
         assert again.start(timeout=30) == url
         assert again.pid == pid
 
+    def test_a_node_keeps_its_release(self, running: tuple[LocalNode, str]) -> None:
+        node, url = running
+        held = node.release.version
+        assert node.release_file.read_text().strip() == held
+        other = next(v for v in RELEASES if v != held)
+        with pytest.raises(ConfigError, match=rf"^version: node 'it' holds data of OpenSearch {held} \(in .*\); start "
+                                              rf"it with --version {held}, or choose another name for {other}$"):
+            LocalNode(node.home, node.name, other).start(timeout=30)
+        # without a version asked for, the node's own, whatever the setting names
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("HYBRIDSEARCH_OPENSEARCH_VERSION", other)
+            assert LocalNode(node.home, node.name).release.version == held
+            assert LocalNode(node.home, "new").release.version == other
+        assert LocalNode(node.home, node.name, held).start(timeout=30) == url
+
     def test_status_reports_running(self, running: tuple[LocalNode, str]) -> None:
         node, url = running
         st = node.status()
         assert st.running and st.url == url and st.pid == node.pid
-        assert st.version == OPENSEARCH_VERSION
+        assert st.version == node.release.version
         assert st.java_home and (Path(st.java_home) / "bin" / "java").exists()
         assert st.home == str(node.home) and st.installed
 
@@ -478,7 +510,7 @@ class TestLocalNode:
         first.wait(10)
         assert node.start(timeout=240) == url  # the port kept across the stop
         state = json.loads(node.state_file.read_text())
-        assert state["pid"] == node.pid and "starting" not in state and state["version"] == OPENSEARCH_VERSION
+        assert state["pid"] == node.pid and "starting" not in state and state["version"] == node.release.version
         st = node.status()
         assert st.running and st.answering and st.url == url
         node.stop()
@@ -503,16 +535,17 @@ class TestLocalNode:
     def test_bad_pin_fails_naming_the_artifact(self, tmp_path: Path, prereqs: JavaHome,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
         bad = "0" * 64
-        pins = tuple(node_mod.Pin(bad, p.coords, p.use) if p.artifact == "neural-search" else p
-                     for p in node_mod.PINS)
-        monkeypatch.setattr(node_mod, "PINS", pins)
+        release = default_release()
+        (good,) = [p for p in release.pins if p.artifact == "neural-search"]
+        pins = tuple(node_mod.Pin(bad, p.coords, p.use) if p is good else p for p in release.pins)
+        monkeypatch.setitem(RELEASES, release.version, dataclasses.replace(release, pins=pins))
         home = tmp_path / "fresh"
         with pytest.raises(EngineUnavailableError) as err:
             LocalNode(home, "x").install()
         msg = str(err.value)
-        assert "org.opensearch.plugin:neural-search:2.19.1.0:zip" in msg
-        assert f"expected {bad}" in msg and "b17ca1d774692902c58cbae102bf463970740c31d81446866e8eabd336e285aa" in msg
-        assert not (home / f"opensearch-{OPENSEARCH_VERSION}").exists()
+        assert f"org.opensearch.plugin:neural-search:{release.version}.0:zip" in msg
+        assert f"expected {bad}" in msg and good.sha256 in msg
+        assert not (home / f"opensearch-{release.version}").exists()
         assert stat.S_ISDIR((home / "downloads").stat().st_mode)
 
 

@@ -129,11 +129,12 @@ def test_worker_command_survives_a_killed_pool_process(redis_url, tmp_path, enco
         from workers import jobs
 
         r = jobs.client(redis_url)
-        while not r.hlen("unacked"):  # the task is delivered and not yet acknowledged
+        while not r.hlen("unacked"):  # a task is delivered and not yet acknowledged
             assert time.time() < deadline, "no task was delivered"
             time.sleep(0.05)
-        time.sleep(0.5)  # the pool process has taken it and is loading the model
-        assert engine.store.count_vectors() == 0
+        # killed while the job is under way (a model already in the page cache loads in well under a
+        # second, so the first task may be done by now: the pool process then holds the next one)
+        assert engine.store.count_vectors() < 30
         for pid in first:
             os.kill(pid, signal.SIGKILL)
         _wait_for(lambda: engine.store.count_vectors() >= 30, 240,

@@ -121,3 +121,7 @@ def test_env_example_matches_compose_defaults() -> None:
     assert example["OPENSEARCH_ADMIN_PASSWORD"] == ""
     image = _services()["opensearch"]["image"]
     assert image == f"opensearchproject/opensearch:${{OPENSEARCH_VERSION:-{example['OPENSEARCH_VERSION']}}}"
+    # the release CI tests, and the local node's default
+    from hybridsearch.config import Settings
+
+    assert example["OPENSEARCH_VERSION"] == Settings.model_fields["opensearch_version"].default

@@ -223,32 +223,64 @@ def check_snapshot_name(snapshot: str) -> None:
         raise ConfigError(f"snapshot: {snapshot!r} is not one snapshot's name (no wildcards, commas or _all)")
 
 
-def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: str, what: str | None = None,
-                     remedy: str = "use 'lucene'") -> None:
-    """Refuse a k-NN engine other than Lucene on a cluster with a node that lacks the k-NN plugin's
-    native libraries (as `hybridsearch opensearch start`'s node does): the first refresh of such a
-    field would kill that node, and every start after it. A caller that may not read node
-    attributes (403) is not refused: its cluster is not that node. `what` names what asks for the
-    engine (default: the setting)."""
-    if knn_engine == "lucene":
-        return
+def lacking_native_knn(client: opensearchpy.OpenSearch) -> list[str]:
+    """The nodes that say they lack the k-NN plugin's native libraries (as `hybridsearch opensearch
+    start`'s do). A caller that may not read node attributes (403) gets none: its cluster is not
+    such a node."""
     try:
         attrs = client.cat.nodeattrs(format="json")
     except (opensearchpy.exceptions.AuthorizationException, opensearchpy.exceptions.NotFoundError):
+        return []
+    return sorted({a["node"] for a in attrs if a.get("attr") == NATIVE_KNN_ATTR and a.get("value") == "absent"})
+
+
+def check_native_knn(client: opensearchpy.OpenSearch, knn_engine: str, what: str | None = None,
+                     remedy: str = "use 'lucene'") -> None:
+    """Refuse a k-NN engine other than Lucene on a cluster with a node that lacks the k-NN plugin's
+    native libraries: the first refresh of such a field would kill that node, and every start after
+    it. `what` names what asks for the engine (default: the setting)."""
+    if knn_engine == "lucene":
         return
-    lacking = sorted({a["node"] for a in attrs if a.get("attr") == NATIVE_KNN_ATTR and a.get("value") == "absent"})
+    lacking = lacking_native_knn(client)
     if lacking:
         raise ConfigError(f"{what or f'opensearch_knn_engine: {knn_engine!r}'} needs the k-NN plugin's native "
                           f"libraries, which node {', '.join(lacking)} lacks (assembled from Maven Central); {remedy}")
 
 
-def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine) -> list[Change]:
-    """The chunk component template and the index template of logical index `index`, put where
-    missing or different from this version's (after `check_native_knn`)."""
+def server_major(client: opensearchpy.OpenSearch) -> int:
+    """The major version of the OpenSearch that answers (3 for "3.6.0")."""
+    number = str(client.info()["version"]["number"])
+    try:
+        return int(number.split(".")[0])
+    except ValueError:
+        raise EngineError(f"the cluster reports OpenSearch version {number!r}, which is not a version number") from None
+
+
+def chunks_component(client: opensearchpy.OpenSearch, knn_engine: Q.KnnEngine, compression: Q.Compression
+                     ) -> tuple[str, dict[str, Any]]:
+    """The name and body of the chunk component template for this cluster (its version, and
+    whether its nodes have the k-NN native libraries), after `check_native_knn`; a compression the
+    engine or the version lacks is refused in one line."""
     check_native_knn(client, knn_engine)
-    return [put_template(client, "component template", f"hybridsearch-chunks-{knn_engine}",
-                         Q.chunks_template(knn_engine)),
-            put_template(client, "index template", f"hybridsearch-{index}", Q.index_template(index, knn_engine))]
+    major = server_major(client)
+    if compression != "1x" and knn_engine != "lucene":
+        raise ConfigError(f"opensearch_vector_compression: {compression!r} is offered on the lucene engine only "
+                          f"(opensearch_knn_engine is {knn_engine!r})")
+    if compression != "1x" and major < 3:
+        raise ConfigError(f"opensearch_vector_compression: {compression!r} needs OpenSearch 3.x (whose k-NN rescores "
+                          f"the quantised vectors' candidates with the float32 ones); the cluster runs {major}.x")
+    niofs = compression != "1x" and major >= 3 and bool(lacking_native_knn(client))
+    return (Q.chunks_component(knn_engine, compression),
+            Q.chunks_template(knn_engine, major, compression, niofs=niofs))
+
+
+def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engine: Q.KnnEngine,
+                          compression: Q.Compression) -> list[Change]:
+    """The chunk component template and the index template of logical index `index`, put where
+    missing or different from this version's."""
+    return [put_template(client, "component template", *chunks_component(client, knn_engine, compression)),
+            put_template(client, "index template", f"hybridsearch-{index}",
+                         Q.index_template(index, knn_engine, compression))]
 
 
 class Admin:
@@ -279,13 +311,12 @@ class Admin:
         out of date (idempotent): the chunk templates for each logical index (all existing ones by
         default), the query-log template, the search pipelines, and the query-log ISM policy where
         the index-management plugin is installed."""
-        knn = self.settings.opensearch_knn_engine
+        knn, compression = self.settings.opensearch_knn_engine, self.settings.opensearch_vector_compression
         with self.errors("apply templates"):
-            out = [put_template(self.client, "component template", f"hybridsearch-chunks-{knn}",
-                                Q.chunks_template(knn))]
+            out = [put_template(self.client, "component template", *chunks_component(self.client, knn, compression))]
             for name in [check_index_name(n) for n in names] if names else [ix.name for ix in self.indices()]:
                 out.append(put_template(self.client, "index template", f"hybridsearch-{name}",
-                                        Q.index_template(name, knn)))
+                                        Q.index_template(name, knn, compression)))
             out.append(put_template(self.client, "index template",
                                     *Q.query_log_template(self.settings.query_log_prefix)))
             for pid in SEARCH_PIPELINES:
@@ -422,7 +453,7 @@ class Admin:
             out["warnings"].append(stale)
         knn = st.details.get("knn_engine")
         if knn in ("faiss", "lucene"):
-            missing = missing_fields(Q.chunks_template(knn)["template"]["mappings"], got)
+            missing = missing_fields(Q.chunks_template(knn, server_major(self.client))["template"]["mappings"], got)
             if missing:
                 why = next((OUTDATED[f] for f in missing if f in OUTDATED), "")  # the costliest first
                 out["warnings"].append(
@@ -624,7 +655,8 @@ class Admin:
         removed = [v.index for v in newer]  # left by an interrupted reindex of the live version
         t0 = time.perf_counter()
         with self.errors("reindex"):
-            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)  # before anything changes
+            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine,
+                                  self.settings.opensearch_vector_compression)  # before anything changes
             if removed:
                 self.client.indices.delete(index=",".join(removed))
             new = f"{name}-v{max(v.version for v in ix.versions if v.index not in removed) + 1}"
@@ -989,7 +1021,8 @@ class Admin:
         with self.errors("restore snapshot"):
             if old:
                 self.client.indices.delete(index=",".join(old))
-            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine)
+            apply_chunk_templates(self.client, name, self.settings.opensearch_knn_engine,
+                                  self.settings.opensearch_vector_compression)
             self.client.indices.delete(index=Q.graph_index(name), ignore=404)
             if graph is not None:
                 self.client.snapshot.restore(repository=repo, snapshot=snapshot, body={

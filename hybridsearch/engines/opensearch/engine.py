@@ -411,7 +411,8 @@ class OpenSearchEngine:
         self.write_alias = f"{self.index}-write"
         # the k-NN engine of new indices; an existing version keeps its own, read with its mapping
         self.knn_engine: Q.KnnEngine = s.opensearch_knn_engine
-        self._dense: tuple[str, str, str] | None = None  # (version, k-NN engine, space type) last read
+        # (version, k-NN engine, space type, compression) of the dense field last read
+        self._dense: tuple[str, str, str, str] | None = None
         self.settings = s
         self.analyzer = analyzer or default_analyzer()
         self._analysis_checked = False
@@ -450,7 +451,7 @@ class OpenSearchEngine:
             from hybridsearch.engines.opensearch.admin import apply_chunk_templates
 
             check_new_index_name(self.index)
-            apply_chunk_templates(self.client, self.index, self.knn_engine)
+            apply_chunk_templates(self.client, self.index, self.knn_engine, self.settings.opensearch_vector_compression)
             first, made = f"{self.index}-v1", False
             if not self.client.indices.exists(index=first):
                 meta = {"hybridsearch": {"index": self.index, "version": 1, "hdc": index_options(None),
@@ -551,14 +552,14 @@ class OpenSearchEngine:
         self._note_dense(name, mappings)
         return name, Q.hybridsearch_meta(mappings)
 
-    def _note_dense(self, version: str, mappings: Mapping[str, Any]) -> tuple[str, str, str]:
-        engine, space_type = Q.dense_method(mappings)
+    def _note_dense(self, version: str, mappings: Mapping[str, Any]) -> tuple[str, str, str, str]:
+        engine, space_type, compression = Q.dense_method(mappings)
         engine = engine if engine in Q.SPACE_TYPE else self.knn_engine
-        self._dense = dense = (version, engine, space_type or Q.SPACE_TYPE[engine])
+        self._dense = dense = (version, engine, space_type or Q.SPACE_TYPE[engine], compression)
         return dense
 
-    def _dense_method(self, version: str) -> tuple[str, str, str]:
-        """(version, k-NN engine, space type) of a version's `dense` field. A version keeps the
+    def _dense_method(self, version: str) -> tuple[str, str, str, str]:
+        """(version, k-NN engine, space type, compression) of a version's `dense` field. A version keeps the
         engine it was made with, whatever this process's `opensearch_knn_engine`, and its kNN scores
         read by that engine's formula; a reindex may make the next version with another, so this is
         read again when a kNN's hits come from another version than the one last read."""
@@ -985,14 +986,14 @@ class OpenSearchEngine:
 
     def stats(self) -> EngineStats:
         index, meta = self._ours("stats")
-        _, knn_engine, space_type = self._dense_method(index)
+        _, knn_engine, space_type, compression = self._dense_method(index)
         graph = GraphSummary.of(Q.meta_value(meta, "graph"))
         with self._errors("stats"):
             st = self.client.indices.stats(index=index, metric="docs,store")["indices"][index]["primaries"]
         return EngineStats(self.count(), self._count({"exists": {"field": "dense"}}),
                            self._count({"term": {"hdc_encoded": True}}), {
                                "engine": "opensearch", "url": self.url, "index": self.index, "concrete_index": index,
-                               "write_alias": self.write_alias, "knn_engine": knn_engine,
+                               "write_alias": self.write_alias, "knn_engine": knn_engine, "compression": compression,
                                "space_type": space_type, "store_bytes": st["store"]["size_in_bytes"],
                                "lucene_docs": st["docs"]["count"], "lucene_deleted": st["docs"]["deleted"],
                                "graph": None if graph is None else graph.as_dict()})
@@ -1079,7 +1080,9 @@ class OpenSearchEngine:
         if k <= 0:
             return RankedList.of("dense", [], [])
         v = self._query_vector(vec)
-        body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search)
+        # the live version's dense field, read once (and again when hits come from another version)
+        dense = self._dense or self._dense_method(self._live("knn")[0])
+        body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search, rescore=dense[3] != "1x")
         hits = self._search(body, "knn")["hits"]["hits"]
         space = {ix: self._dense_method(ix)[2] for ix in {h["_index"] for h in hits}}
         return RankedList.of("dense", [Q.hit_id(h) for h in hits],

@@ -1,9 +1,11 @@
-"""A local single-node OpenSearch 2.19.1 on loopback, assembled from Maven Central artifacts.
+"""A local OpenSearch node (2.19.1 or 3.6.0), or a cluster of them, on loopback, assembled from
+Maven Central artifacts.
 
 Gives developers, CI and users without Docker a real node: `LocalNode.install` fetches the pinned
-artifacts with Maven, checks every file's SHA-256, and assembles a distribution once (the integ-test
-zip plus the lang-painless, analysis-common and reindex modules and the k-NN and neural-search
-plugins); `LocalNode.start|stop|status` run it with a per-node config, data and log directory.
+artifacts of its release with Maven, checks every file's SHA-256, and assembles a distribution once
+(the integ-test zip plus, for 2.19.1, the lang-painless, analysis-common and reindex modules it
+lacks, and the k-NN and neural-search plugins); `LocalNode.start|stop|status` run it with a
+per-node config, data and log directory. A node keeps the release it was first started with.
 OpenSearch refuses to run as root, so as root the node runs as the system user `hybridsearch`.
 """
 
@@ -42,10 +44,7 @@ from hybridsearch.errors import ConfigError, EngineUnavailableError
 
 Progress = Callable[[str], None]
 
-OPENSEARCH_VERSION = "2.19.1"
 SERVICE_USER = "hybridsearch"
-MIN_JAVA, MAX_JAVA = 11, 21  # 2.x needs the Security Manager, which Java 24 disabled for good
-PREFERRED_JAVA = (17, 21)
 JVM_DIR = Path("/usr/lib/jvm")
 BOOTSTRAP_CLASS = "org.opensearch.bootstrap.OpenSearch"
 STAMP_NAME = ".hybridsearch-stamp.json"
@@ -83,9 +82,10 @@ class Pin:
         return f"{self.artifact}-{self.version}.{self.type}"
 
 
-# Every file that goes into the node, pinned by SHA-256 (some, like the neural-search zip, have no checksum
-# on Maven Central). Plugins install in this order: k-NN extends lang-painless, neural-search extends k-NN.
-PINS: tuple[Pin, ...] = (
+# Every file that goes into a 2.19.1 node, pinned by SHA-256 (some, like the neural-search zip, have no
+# checksum on Maven Central). Plugins install in this order: k-NN extends lang-painless, neural-search
+# extends k-NN.
+PINS_2_19: tuple[Pin, ...] = (
     Pin("af7152d8b7f6f1cee09d47276b32b70479fe6dd8cdbb61213f84eb7f8098b261",
         "org.opensearch.distribution.integ-test-zip:opensearch:2.19.1:zip", "distribution"),
     Pin("eab8c9818865bc035212eab5068cdacae164baa09d4c152f49b736d6f6b0e85c",
@@ -139,7 +139,7 @@ class Module:
     policy: str = ""
 
 
-MODULES: dict[str, Module] = {
+MODULES_2_19: dict[str, Module] = {
     "lang-painless": Module("org.opensearch.painless.PainlessPlugin",
                             'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n'
                             '  permission java.lang.RuntimePermission "getClassLoader";\n};\n'),
@@ -147,6 +147,53 @@ MODULES: dict[str, Module] = {
     "reindex": Module("org.opensearch.index.reindex.ReindexPlugin",
                       'grant {\n  permission java.net.SocketPermission "*", "connect";\n};\n'),
 }
+
+# 3.6.0, the newest 3.x whose k-NN and neural-search plugins Maven Central serves; its integ-test zip
+# carries the three modules itself; neither plugin zip has a checksum file there
+PINS_3_6: tuple[Pin, ...] = (
+    Pin("a91faa1dc1cadc78cb278b4f63847e19e1627a4e9de698e14e7efc14ee37b286",
+        "org.opensearch.distribution.integ-test-zip:opensearch:3.6.0:zip", "distribution"),
+    Pin("ac392ca28a39b3bf290648a422ef30cb149dda2963a9d7feb26060e932341c9a",
+        "org.opensearch.plugin:opensearch-knn:3.6.0.0:zip", "plugin"),
+    Pin("6ef1b206e79391e2e36268e32dc34d27fd8b8a59a8eb0a7393c97d53b038e433",
+        "org.opensearch.plugin:neural-search:3.6.0.0:zip", "plugin"),
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    """An OpenSearch release the launcher assembles: its pins, the modules it must add, and the Java
+    versions it runs on (2.x needs the Security Manager, which Java 24 disabled for good; 3.x
+    needs Java 21 or newer)."""
+
+    version: str
+    pins: tuple[Pin, ...]
+    modules: tuple[tuple[str, Module], ...]
+    min_java: int
+    max_java: int | None  # None: no upper bound known
+    preferred_java: tuple[int, ...]
+
+    @property
+    def java_range(self) -> str:
+        return f"{self.min_java}..{self.max_java}" if self.max_java else f"{self.min_java} or newer"
+
+
+RELEASES: dict[str, Release] = {
+    "2.19.1": Release("2.19.1", PINS_2_19, tuple(MODULES_2_19.items()), 11, 21, (17, 21)),
+    "3.6.0": Release("3.6.0", PINS_3_6, (), 21, None, (21, 25)),
+}
+def default_release() -> Release:
+    """The release of a new node unless one is asked for: the setting opensearch_version."""
+    return release_of(get_settings().opensearch_version)
+
+
+def release_of(version: str) -> Release:
+    """The release named `version`; ConfigError naming those there are."""
+    try:
+        return RELEASES[version]
+    except KeyError:
+        raise ConfigError(f"version: OpenSearch {version!r} is not one the launcher assembles; use one of "
+                          f"{', '.join(RELEASES)}") from None
 
 
 def _say(progress: Progress | None, message: str) -> None:
@@ -221,43 +268,45 @@ def java_version(java_home: Path) -> tuple[int, str]:
     return out
 
 
-def java_unsuitable_reason(major: int) -> str | None:
-    """Why OpenSearch 2.19 cannot run on this Java major version, or None if it can."""
-    if major >= 24:
+def java_unsuitable_reason(major: int, release: Release | None = None) -> str | None:
+    """Why the release (default: `default_release`) cannot run on this Java major version, or None if it can."""
+    release = release or default_release()
+    preferred = " or ".join(map(str, release.preferred_java))
+    if release.max_java is not None and major >= 24 > release.max_java:
         return (f"Java {major} has no Security Manager (disabled for good in Java 24), which OpenSearch "
-                f"{OPENSEARCH_VERSION} needs "
-                f"(use Java {MIN_JAVA}..{MAX_JAVA}, preferably 17 or 21)")
-    if major < MIN_JAVA or major > MAX_JAVA:
-        return f"OpenSearch {OPENSEARCH_VERSION} supports Java {MIN_JAVA}..{MAX_JAVA}, not {major}"
+                f"{release.version} needs (use Java {release.java_range}, preferably {preferred}; or "
+                f"--version {next(r.version for r in RELEASES.values() if r.max_java is None)}, which runs on "
+                "it)")
+    if major < release.min_java or (release.max_java is not None and major > release.max_java):
+        return f"OpenSearch {release.version} supports Java {release.java_range} (preferably {preferred}), not {major}"
     return None
 
 
-def _checked(java_home: Path, source: str) -> JavaHome:
+def _checked(java_home: Path, source: str, release: Release) -> JavaHome:
     """The JDK at java_home, or a clear error naming where it came from and why it does not fit."""
     try:
         major, full = java_version(java_home)
     except EngineUnavailableError as e:
         raise ConfigError(f"{source}={java_home}: {e}") from None
-    reason = java_unsuitable_reason(major)
+    reason = java_unsuitable_reason(major, release)
     if reason is not None:
         raise ConfigError(f"{source}={java_home} is Java {full}: {reason}")
     return JavaHome(java_home, major, full)
 
 
-def _rank(major: int) -> tuple[int, int]:
-    return (PREFERRED_JAVA.index(major), 0) if major in PREFERRED_JAVA else (len(PREFERRED_JAVA), -major)
-
-
-def choose_java_home(explicit: Path | None = None, jvm_dir: Path = JVM_DIR) -> JavaHome:
-    """The JDK to run OpenSearch with, and why: an explicit one (argument, HYBRIDSEARCH_OPENSEARCH_JAVA_HOME or
-    OPENSEARCH_JAVA_HOME) must fit; JAVA_HOME is used if it fits; else the best of jvm_dir/* (17, 21, then
-    the newest in 11..21). Raises ConfigError naming what was found when nothing fits."""
+def choose_java_home(explicit: Path | None = None, jvm_dir: Path = JVM_DIR, release: Release | None = None
+                     ) -> JavaHome:
+    """The JDK to run the release (default: `default_release`) with, and why: an explicit one (argument,
+    HYBRIDSEARCH_OPENSEARCH_JAVA_HOME or OPENSEARCH_JAVA_HOME) must fit; JAVA_HOME is used if it fits;
+    else the best of jvm_dir/* (the release's preferred versions in order, then the newest that fits).
+    Raises ConfigError naming what was found when nothing fits."""
+    release = release or default_release()
     if explicit is None:
         explicit = get_settings().opensearch_java_home
     if explicit is not None:
-        return _checked(Path(explicit), "opensearch_java_home")
+        return _checked(Path(explicit), "opensearch_java_home", release)
     if os.environ.get("OPENSEARCH_JAVA_HOME"):
-        return _checked(Path(os.environ["OPENSEARCH_JAVA_HOME"]), "OPENSEARCH_JAVA_HOME")
+        return _checked(Path(os.environ["OPENSEARCH_JAVA_HOME"]), "OPENSEARCH_JAVA_HOME", release)
     found: list[str] = []
     candidates: list[tuple[Path, str]] = []
     if os.environ.get("JAVA_HOME"):
@@ -279,7 +328,7 @@ def choose_java_home(explicit: Path | None = None, jvm_dir: Path = JVM_DIR) -> J
         except EngineUnavailableError as e:
             found.append(f"{source}: {e}")
             continue
-        reason = java_unsuitable_reason(major)
+        reason = java_unsuitable_reason(major, release)
         if reason is not None:
             found.append(f"{path} (Java {full}): {reason}")
             continue
@@ -287,10 +336,11 @@ def choose_java_home(explicit: Path | None = None, jvm_dir: Path = JVM_DIR) -> J
             return JavaHome(path, major, full)
         usable.append(JavaHome(real, major, full))
     if usable:
-        return min(usable, key=lambda j: _rank(j.major))
+        ranks = release.preferred_java
+        return min(usable, key=lambda j: (ranks.index(j.major), 0) if j.major in ranks else (len(ranks), -j.major))
     detail = "; ".join(found) if found else f"no JDK in {jvm_dir} and no java on PATH"
-    raise ConfigError(f"no JDK {MIN_JAVA}..{MAX_JAVA} for OpenSearch {OPENSEARCH_VERSION} found ({detail}); "
-                      "install one (apt-get install -y openjdk-17-jdk-headless) or set "
+    raise ConfigError(f"no JDK {release.java_range} for OpenSearch {release.version} found ({detail}); "
+                      f"install one (apt-get install -y openjdk-{release.preferred_java[0]}-jdk-headless) or set "
                       "HYBRIDSEARCH_OPENSEARCH_JAVA_HOME")
 
 
@@ -558,26 +608,28 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------- fetch, assemble
 
 
-def _stamp() -> dict[str, Any]:
+def _stamp(release: Release) -> dict[str, Any]:
     """What the assembled distribution was built from; a difference means reassemble."""
     return {
-        "opensearch": OPENSEARCH_VERSION,
-        "pins": [[p.coords, p.sha256, p.use] for p in PINS],
-        "modules": {name: [m.classname, m.policy] for name, m in MODULES.items()},
+        "opensearch": release.version,
+        "pins": [[p.coords, p.sha256, p.use] for p in release.pins],
+        "modules": {name: [m.classname, m.policy] for name, m in release.modules},
     }
 
 
-def fetch_artifacts(dest: Path, progress: Progress | None = None) -> dict[Pin, Path]:
-    """Every pinned artifact in dest, fetched with `mvn dependency:copy` where missing and checked by SHA-256.
-    A file whose hash does not match is removed and named in the error with both hashes."""
+def fetch_artifacts(dest: Path, progress: Progress | None = None, release: Release | None = None) -> dict[Pin, Path]:
+    """Every pinned artifact of the release (default: `default_release`) in dest, fetched with
+    `mvn dependency:copy` where missing and checked by SHA-256. A file whose hash does not match is
+    removed and named in the error with both hashes."""
+    release = release or default_release()
     dest.mkdir(parents=True, exist_ok=True)
-    pins = list(PINS)
+    pins = list(release.pins)
     missing = [p for p in pins if not ((dest / p.filename).is_file() and sha256_of(dest / p.filename) == p.sha256)]
     if missing:
         mvn = shutil.which("mvn")
         if mvn is None:
             raise EngineUnavailableError(
-                f"Maven (mvn) is needed to fetch OpenSearch {OPENSEARCH_VERSION} from Maven Central but is not on "
+                f"Maven (mvn) is needed to fetch OpenSearch {release.version} from Maven Central but is not on "
                 "PATH; install it (apt-get install -y maven) and try again")
         with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp_name:
             tmp = Path(tmp_name)
@@ -638,9 +690,9 @@ def _extract_zip(archive: Path, dest: Path) -> None:
                 target.chmod(mode)
 
 
-def _module_descriptor(name: str, module: Module) -> str:
-    return (f"description={name} module\nversion={OPENSEARCH_VERSION}\nname={name}\nclassname={module.classname}\n"
-            f"java.version=11\nopensearch.version={OPENSEARCH_VERSION}\ncustom.foldername=\nextended.plugins=\n"
+def _module_descriptor(name: str, module: Module, version: str) -> str:
+    return (f"description={name} module\nversion={version}\nname={name}\nclassname={module.classname}\n"
+            f"java.version=11\nopensearch.version={version}\ncustom.foldername=\nextended.plugins=\n"
             "has.native.controller=false\n")
 
 
@@ -658,24 +710,25 @@ def _clean_env(java: JavaHome) -> dict[str, str]:
     return env
 
 
-def assemble(files: dict[Pin, Path], dest: Path, java: JavaHome, progress: Progress | None = None) -> None:
+def assemble(files: dict[Pin, Path], dest: Path, java: JavaHome, release: Release,
+             progress: Progress | None = None) -> None:
     """Build the distribution in dest (which must not exist): unzip, add the modules, install the plugins."""
     (dist_zip,) = [f for p, f in files.items() if p.use == "distribution"]
-    _say(progress, f"assembling OpenSearch {OPENSEARCH_VERSION} in {dest}")
+    _say(progress, f"assembling OpenSearch {release.version} in {dest}")
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".unzip-") as tmp:
         _extract_zip(dist_zip, Path(tmp))
         top = [p for p in Path(tmp).iterdir()]
         if len(top) != 1 or not (top[0] / "bin" / "opensearch").is_file():
             raise EngineUnavailableError(f"{dist_zip.name} does not hold one OpenSearch directory")
         os.replace(top[0], dest)
-    for name, module in MODULES.items():
+    for name, module in release.modules:
         _say(progress, f"adding module {name}")
         mdir = dest / "modules" / name
         mdir.mkdir(parents=True)
         for p, f in files.items():
             if p.use == f"module:{name}":
                 shutil.copy2(f, mdir / f.name)
-        (mdir / "plugin-descriptor.properties").write_text(_module_descriptor(name, module))
+        (mdir / "plugin-descriptor.properties").write_text(_module_descriptor(name, module, release.version))
         if module.policy:
             (mdir / "plugin-security.policy").write_text(module.policy)
     env = _clean_env(java)
@@ -731,23 +784,49 @@ _HEAP_RE = re.compile(r"^[1-9]\d*[kKmMgG]?$")
 
 
 class LocalNode:
-    """One named node under home: the shared distribution in <home>/opensearch-2.19.1 and the node's own
-    config, data, logs, snapshots and state (node.json) in <home>/nodes/<name>."""
+    """One named node under home: the shared distribution of its release in <home>/opensearch-<version>
+    and the node's own config, data, logs, snapshots and state (node.json) in <home>/nodes/<name>.
+    Its release is `version` if given, else the one its data was written by, else the setting
+    opensearch_version; a node holding data of one release is never started as another."""
 
-    def __init__(self, home: Path | str | None = None, name: str = "default") -> None:
+    def __init__(self, home: Path | str | None = None, name: str = "default", version: str | None = None) -> None:
         if not _NAME_RE.match(name):
             raise ConfigError(f"bad node name {name!r}: use letters, digits, '_', '.', '-'")
         self.home = (Path(home).expanduser().resolve() if home is not None else default_home())
         self.name = name
+        self.asked = None if version is None else release_of(version)
         # the cluster this node starts in: its nodes' names and transport ports (LocalCluster sets
         # it); None: a single-node cluster
         self.peers: dict[str, int] | None = None
         self.shared_repo: Path | None = None  # the cluster's path.repo, which its nodes share (fs snapshots)
 
+    @property
+    def release(self) -> Release:
+        if self.asked is not None:
+            return self.asked
+        held = self.recorded_release()
+        return default_release() if held is None else release_of(held)
+
+    def recorded_release(self) -> str | None:
+        """The release whose data the node holds (None: a new node, or one whose data was deleted).
+        Data from before releases were recorded is 2.19.1's, the only release then."""
+        if not (self.data_dir.is_dir() and any(self.data_dir.iterdir())):
+            return None
+        with contextlib.suppress(OSError):
+            return self.release_file.read_text().strip() or None
+        return "2.19.1"
+
+    def _check_release(self) -> None:
+        """A node is started as the release its data was written by; another is refused."""
+        held = self.recorded_release()
+        if self.asked is not None and held not in (None, self.asked.version):
+            raise ConfigError(f"version: node {self.name!r} holds data of OpenSearch {held} (in {self.data_dir}); "
+                              f"start it with --version {held}, or choose another name for {self.asked.version}")
+
     # paths
     @property
     def dist_dir(self) -> Path:
-        return self.home / f"opensearch-{OPENSEARCH_VERSION}"
+        return self.home / f"opensearch-{self.release.version}"
 
     @property
     def downloads_dir(self) -> Path:
@@ -778,6 +857,11 @@ class LocalNode:
         return self.node_dir / "node.json"
 
     @property
+    def release_file(self) -> Path:
+        """The version of the release that wrote the node's data (kept while the data is)."""
+        return self.node_dir / "release"
+
+    @property
     def pid_file(self) -> Path:
         return self.node_dir / "run" / "opensearch.pid"
 
@@ -798,7 +882,7 @@ class LocalNode:
             stamp = json.loads((self.dist_dir / STAMP_NAME).read_text())
         except (OSError, ValueError):
             return False
-        return bool(stamp == _stamp() and (self.dist_dir / "bin" / "opensearch").is_file())
+        return bool(stamp == _stamp(self.release) and (self.dist_dir / "bin" / "opensearch").is_file())
 
     def install(self, progress: Progress | None = None) -> Path:
         """Fetch, verify and assemble the distribution once (again only when a pin changed); returns its dir."""
@@ -816,13 +900,14 @@ class LocalNode:
             # what an interrupted install left (a fetch or an assembly)
             for stale in [*self.home.glob(".assemble-*"), *self.downloads_dir.glob(".fetch-*")]:
                 shutil.rmtree(stale, ignore_errors=True)
-            files = fetch_artifacts(self.downloads_dir, progress)
-            java = choose_java_home()
+            release = self.release
+            files = fetch_artifacts(self.downloads_dir, progress, release)
+            java = choose_java_home(release=release)
             work = Path(tempfile.mkdtemp(dir=self.home, prefix=".assemble-"))
             try:
                 new = work / self.dist_dir.name
-                assemble(files, new, java, progress)
-                (new / STAMP_NAME).write_text(json.dumps(_stamp(), indent=1) + "\n")
+                assemble(files, new, java, release, progress)
+                (new / STAMP_NAME).write_text(json.dumps(_stamp(release), indent=1) + "\n")
                 if running_as_root():
                     user = ensure_service_user()
                     _chown_tree(new, user.pw_uid, user.pw_gid)
@@ -831,7 +916,7 @@ class LocalNode:
                 os.replace(new, self.dist_dir)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            _say(progress, f"OpenSearch {OPENSEARCH_VERSION} assembled in {self.dist_dir}")
+            _say(progress, f"OpenSearch {release.version} assembled in {self.dist_dir}")
         return self.dist_dir
 
     def _make_home(self) -> None:
@@ -841,11 +926,12 @@ class LocalNode:
                 d.chmod(0o755)  # whatever the umask: the service user must get through
 
     def _running_nodes(self) -> list[str]:
+        """The nodes of this release that run."""
         nodes = self.home / "nodes"
         if not nodes.is_dir():
             return []
-        return [d.name for d in sorted(nodes.iterdir())
-                if d.is_dir() and _NAME_RE.match(d.name) and LocalNode(self.home, d.name).running_pid() is not None]
+        found = [LocalNode(self.home, d.name) for d in sorted(nodes.iterdir()) if d.is_dir() and _NAME_RE.match(d.name)]
+        return [n.name for n in found if n.running_pid() is not None and n.dist_dir == self.dist_dir]
 
     # process
     def _read_state(self) -> dict[str, Any]:
@@ -1058,10 +1144,11 @@ class LocalNode:
         if self.peers is None and isinstance(cluster, list) and len(cluster) > 1:
             # alone it would start as a single-node cluster over a cluster's data
             raise _not_alone(self.name, str(cluster[0]))
+        self._check_release()
         existing = self._already_running(timeout)
         if existing is not None:
             return existing
-        java = choose_java_home()
+        java = choose_java_home(release=self.release)
         self.install(progress)
         with _file_lock(self.node_dir / ".start.lock"):
             existing = self._already_running(timeout)
@@ -1127,6 +1214,7 @@ class LocalNode:
                progress: Progress | None) -> _Launch:
         """Write the config and start the JVM (bin/opensearch -d); `_await` waits for it."""
         user = self._prepare_dirs()
+        self.release_file.write_text(self.release.version + "\n")
         self._write_config(http_port, transport_port)
         if user is not None:
             _chown_tree(self.config_dir, user.pw_uid, user.pw_gid)
@@ -1245,7 +1333,7 @@ class LocalNode:
         java_home = state.get("java_home") if pid is not None else None
         if java_home is None:
             with contextlib.suppress(ConfigError, EngineUnavailableError):
-                java_home = str(choose_java_home().path)
+                java_home = str(choose_java_home(release=self.release).path)
         return NodeStatus(name=self.name, running=pid is not None, answering=version is not None, url=url, pid=pid,
                           version=version,
                           java_home=java_home, home=str(self.home), node_dir=str(self.node_dir),
@@ -1270,9 +1358,9 @@ class LocalCluster:
     <home>/nodes/NAME/cluster.json lists them. Without a record NAME is a node alone (discovery
     type single-node), which every method passes to LocalNode as it is."""
 
-    def __init__(self, home: Path | str | None = None, name: str = "default") -> None:
-        self.first = LocalNode(home, name)
-        self.home, self.name = self.first.home, name
+    def __init__(self, home: Path | str | None = None, name: str = "default", version: str | None = None) -> None:
+        self.first = LocalNode(home, name, version)
+        self.home, self.name, self.version = self.first.home, name, version
 
     @property
     def record_file(self) -> Path:
@@ -1289,7 +1377,7 @@ class LocalCluster:
         return [str(n) for n in names] if isinstance(names, list) and names else [self.name]
 
     def nodes(self) -> list[LocalNode]:
-        return [LocalNode(self.home, n) for n in self.names()]
+        return [LocalNode(self.home, n, self.version) for n in self.names()]
 
     def start(self, size: int | None = None, port: int | None = None, timeout: float | None = None,
               progress: Progress | None = None) -> str:
@@ -1308,7 +1396,9 @@ class LocalCluster:
             return self.first.start(port, timeout, progress)
         if len(names) == 1:
             names = self._new_record(size or 1)
-        return self._start_nodes([LocalNode(self.home, n) for n in names], port, timeout, progress)
+        # every node runs the first one's release (a node added to a cluster takes it too)
+        return self._start_nodes([LocalNode(self.home, n, self.version or self.first.release.version) for n in names],
+                                 port, timeout, progress)
 
     def _new_record(self, size: int) -> list[str]:
         """Record a new cluster of `size` nodes; refused where a node of that name holds data."""
@@ -1325,8 +1415,10 @@ class LocalCluster:
     def _start_nodes(self, nodes: list[LocalNode], port: int | None, timeout: float | None,
                      progress: Progress | None) -> str:
         timeout, heap = self.first._start_checks(timeout)
-        java = choose_java_home()
-        self.first.install(progress)
+        for node in nodes:
+            node._check_release()
+        java = choose_java_home(release=nodes[0].release)
+        nodes[0].install(progress)
         deadline = time.monotonic() + timeout
         with contextlib.ExitStack() as stack:
             for node in nodes:

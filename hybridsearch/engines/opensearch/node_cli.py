@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the `opensearch` subcommand (start|stop|status) to an argparse subparsers object."""
     from hybridsearch.cli import fixed_port, seconds
+    from hybridsearch.engines.opensearch.node import RELEASES
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", type=Path, default=None,
@@ -29,10 +30,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     common.add_argument("--name", default="default", help="node (or cluster) name; each has its own data, logs "
                         "and ports (default: %(default)s)")
 
-    p = sub.add_parser("opensearch", help="run a local OpenSearch 2.19.1 node, or a cluster of them, on 127.0.0.1",
-                       description="A local OpenSearch 2.19.1 node (or a cluster of them: start --nodes N) on "
-                       "127.0.0.1, assembled from Maven Central artifacts (needs mvn and a JDK 11..21). As root it "
-                       "runs as the user 'hybridsearch'.")
+    p = sub.add_parser("opensearch", help="run a local OpenSearch node (2.19.1 or 3.6.0), or a cluster of them, on "
+                       "127.0.0.1",
+                       description="A local OpenSearch node (or a cluster of them: start --nodes N) on 127.0.0.1, "
+                       "assembled from Maven Central artifacts: 2.19.1 (needs mvn and a JDK 11..21) or 3.6.0 (a JDK 21 "
+                       "or newer). As root it runs as the user 'hybridsearch'.")
     actions = p.add_subparsers(dest="opensearch_action", required=True, metavar="{start,stop,status}")
 
     s = actions.add_parser("start", parents=[common], help="install if needed, start, print the URL",
@@ -45,6 +47,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     s.add_argument("--nodes", type=node_count, default=None, metavar="N",
                    help="a cluster of N nodes on loopback, one JVM each, named NAME, NAME.2 ... NAME.N (default: "
                    "1, or the size of the cluster NAME already is); a node of it that is down is started again")
+    s.add_argument("--version", default=None, choices=list(RELEASES), dest="release",
+                   help="the OpenSearch release of a new node (default: the setting opensearch_version, "
+                   "$HYBRIDSEARCH_OPENSEARCH_VERSION); a node keeps the release its data was written by, and another "
+                   "is refused")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
     actions.add_parser("stop", parents=[common], help="stop the node, or every node of the cluster (SIGTERM, "
@@ -64,7 +70,7 @@ def cmd_opensearch(args: argparse.Namespace) -> int:
     """Run `hybridsearch opensearch start|stop|status`; returns the exit status."""
     from hybridsearch.engines.opensearch.node import LocalCluster
 
-    node = LocalCluster(home=args.home, name=args.name)
+    node = LocalCluster(home=args.home, name=args.name, version=getattr(args, "release", None))
     try:
         return _act(node, args)
     except OSError as e:  # the home or a file in it cannot be used

@@ -22,6 +22,11 @@ from hybridsearch.models import JOINED_FIELDS, SCORED_FIELDS, Bm25Mode, DocInfo,
 from hybridsearch.scoring import EMPTY_FIELD_TOKEN, indexed_joined
 
 KnnEngine = Literal["lucene", "faiss"]
+Compression = Literal["1x", "4x", "32x"]
+# a kNN search of compressed vectors takes this many times k candidates by the quantised vectors
+# and rescores them with the float32 ones (k-NN 3.6 does not rescore 4x unless asked: on 20k clustered
+# vectors it then found 0.81 of the exact top-10, 1.0 with it)
+RESCORE_OVERSAMPLE = 3.0
 # the space type the dense field is mapped with, per k-NN engine: Lucene scores cosine natively;
 # the k-NN docs recommend inner product on Faiss for vectors that are already normalised
 SPACE_TYPE: dict[str, str] = {"lucene": "cosinesimil", "faiss": "innerproduct"}
@@ -48,19 +53,38 @@ def template(name: str) -> dict[str, Any]:
     return body
 
 
-def chunks_template(knn_engine: KnnEngine) -> dict[str, Any]:
-    """The component template of chunk indices, with the dense and HDC fields on `knn_engine`."""
+def chunks_component(knn_engine: KnnEngine, compression: Compression) -> str:
+    """The name of the chunk component template: one per k-NN engine and dense compression."""
+    return f"hybridsearch-chunks-{knn_engine}" + ("" if compression == "1x" else f"-{compression}")
+
+
+def chunks_template(knn_engine: KnnEngine, major: int, compression: Compression = "1x", *,
+                    niofs: bool = False) -> dict[str, Any]:
+    """The component template of chunk indices for a cluster of OpenSearch `major`, with the dense
+    and HDC fields on `knn_engine` and the dense vectors at `compression` (k-NN's
+    compression_level). BM25 keeps Lucene's classic (k1+1) scale on every version: 3.x names that
+    similarity LegacyBM25 (its BM25 drops the factor), 2.x BM25. `niofs`: the index is read
+    through NIOFS, not memory-mapped (3.x's k-NN scores quantised vectors in mapped files with its
+    native libraries, which a node assembled from Maven Central lacks; read otherwise, with
+    Lucene's own scorer)."""
     body = template("hybridsearch-chunks")
+    settings = body["template"]["settings"]["index"]
+    if major >= 3:
+        settings["similarity"]["hs_bm25"]["type"] = "LegacyBM25"
+    if niofs:
+        settings["store"] = {"type": "niofs"}
     props = body["template"]["mappings"]["properties"]
     for dense in (props["dense"], props["passages"]["properties"]["v"]):
         dense["space_type"] = SPACE_TYPE[knn_engine]
         dense["method"]["engine"] = knn_engine
+        if compression != "1x":
+            dense["compression_level"] = compression
     for f in [p for p in props if p.startswith("hdc_") and props[p].get("type") == "knn_vector"]:
         props[f]["method"]["engine"] = knn_engine
     return body
 
 
-def index_template(index: str, knn_engine: KnnEngine) -> dict[str, Any]:
+def index_template(index: str, knn_engine: KnnEngine, compression: Compression = "1x") -> dict[str, Any]:
     """The index template of logical index `index`. Its pattern `<index>-v*` also covers the
     versions of an index named `<index>-v<more>` (`papers` and `papers-videos`); OpenSearch
     refuses two overlapping patterns of one priority, so the longer name, whose pattern is the
@@ -68,7 +92,8 @@ def index_template(index: str, knn_engine: KnnEngine) -> dict[str, Any]:
     body = template("hybridsearch-index-template")
     body["index_patterns"] = [p.replace("{index}", index) for p in body["index_patterns"]]
     body["priority"] += len(index)
-    body["composed_of"] = [c.replace("{knn_engine}", knn_engine) for c in body["composed_of"]]
+    body["composed_of"] = [chunks_component(knn_engine, compression) if c == "hybridsearch-chunks-{knn_engine}" else c
+                           for c in body["composed_of"]]
     return body
 
 
@@ -331,12 +356,15 @@ def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, 
 
 
 def knn_query(field: str, vector: Sequence[float] | Sequence[int], k: int, filters: Filters | None,
-              ef_search: int) -> dict[str, Any]:
+              ef_search: int, *, rescore: bool = False) -> dict[str, Any]:
     """Approximate kNN on `field` with efficient filtering (the filter inside the knn clause, so
     k hits come back whenever k documents pass it). The HNSW search examines max(k, ef_search)
-    vectors on both engines: Lucene otherwise examines only k (a greedy walk at k=1)."""
+    vectors on both engines: Lucene otherwise examines only k (a greedy walk at k=1). `rescore`
+    (a compressed field): RESCORE_OVERSAMPLE x k candidates, rescored with the float32 vectors."""
     k = min(k, MAX_HITS)
     clause: dict[str, Any] = {"vector": list(vector), "k": k, "method_parameters": {"ef_search": max(k, ef_search)}}
+    if rescore:
+        clause["rescore"] = {"oversample_factor": RESCORE_OVERSAMPLE}
     flt = _knn_filter(filters)
     if flt is not None:
         clause["filter"] = flt
@@ -409,11 +437,11 @@ def meta_value(meta: Mapping[str, Any], key: str) -> Any:
     return stored if stored is not None else meta.get(key)
 
 
-def dense_method(mappings: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """The k-NN engine and space type an index's `dense` field was made with, as its mappings
-    name them (None where they do not)."""
+def dense_method(mappings: Mapping[str, Any]) -> tuple[str | None, str | None, str]:
+    """The k-NN engine, space type and compression an index's `dense` field was made with, as its
+    mappings name them (None where they do not; compression 1x)."""
     dense = mappings.get("properties", {}).get("dense", {})
-    return dense.get("method", {}).get("engine"), dense.get("space_type")
+    return dense.get("method", {}).get("engine"), dense.get("space_type"), str(dense.get("compression_level", "1x"))
 
 
 def cosine_from_score(score: float, space_type: str) -> float:
