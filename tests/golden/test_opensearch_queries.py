@@ -182,8 +182,9 @@ def test_templates_name_the_configured_knn_engine() -> None:
     assert "compression_level" not in props["dense"]
     assert Q.chunks_component("lucene", "1x") == "hybridsearch-chunks-lucene"
     assert Q.index_template("papers", "lucene", "4x")["composed_of"] == ["hybridsearch-chunks-lucene-4x"]
-    knn = Q.knn_query("dense", [0.5, 0.5], 10, None, 100, rescore=True)["query"]["knn"]["dense"]
-    assert knn["rescore"] == {"oversample_factor": Q.RESCORE_OVERSAMPLE} and knn["k"] == 10
+    knn = Q.knn_query("dense", [0.5, 0.5], 10, None, 100, oversample=5.0)["query"]["knn"]["dense"]
+    assert knn["rescore"] == {"oversample_factor": 5.0} and knn["k"] == 10
+    assert set(Q.COMPRESSED_SEARCH) == {"4x", "32x"}  # every compression is rescored
     assert "rescore" not in Q.knn_query("dense", [0.5, 0.5], 10, None, 100)["query"]["knn"]["dense"]
     every = ("title", "text", "procedure", "utility_acts", "utility_note", "condition", "role", "subjects")
     assert all(props["bm25"]["properties"][f]["analyzer"] == "hs_tokens" for f in every)

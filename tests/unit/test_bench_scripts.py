@@ -156,6 +156,19 @@ def test_a_worker_that_cannot_start_is_reported(tmp_path: Path, monkeypatch: pyt
         celery_ingest.start_worker(env, 1, tmp_path / "worker.log", timeout=60)
 
 
+# -- vector_compression.py --------------------------------------------------------------------------
+@pytest.mark.parametrize(("args", "message"), [
+    (["--levels", "1x,8x"], "--levels: '1x,8x' is not a list of 1x, 4x, 32x"),
+    (["--oversample", "0.5"], "--oversample: '0.5' is not a list of factors from 1 to 100"),
+    (["--oversample", "three"], "--oversample: 'three' is not a list of factors from 1 to 100"),
+    ([], "cannot reach OpenSearch at http://127.0.0.1:1"),
+])
+def test_vector_compression_refuses_bad_arguments_before_any_work(args: list[str], message: str) -> None:
+    out = bench("vector_compression.py", "--docs", "100", "--url", "http://127.0.0.1:1", *args)
+    refused(out, message)
+    assert out.stderr.count("\n") == 1
+
+
 # -- opensearch.py and ops.py -----------------------------------------------------------------------
 @pytest.mark.parametrize("script", ["opensearch.py", "ops.py"])
 def test_opensearch_benches_refuse_an_unreachable_node_before_the_model_loads(script: str) -> None:

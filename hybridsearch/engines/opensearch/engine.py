@@ -1082,7 +1082,8 @@ class OpenSearchEngine:
         v = self._query_vector(vec)
         # the live version's dense field, read once (and again when hits come from another version)
         dense = self._dense or self._dense_method(self._live("knn")[0])
-        body = Q.knn_query("dense", v, k, filters, self.settings.opensearch_ef_search, rescore=dense[3] != "1x")
+        oversample, widen = Q.COMPRESSED_SEARCH.get(dense[3], (None, 1))
+        body = Q.knn_query("dense", v, k, filters, widen * self.settings.opensearch_ef_search, oversample=oversample)
         hits = self._search(body, "knn")["hits"]["hits"]
         space = {ix: self._dense_method(ix)[2] for ix in {h["_index"] for h in hits}}
         return RankedList.of("dense", [Q.hit_id(h) for h in hits],

@@ -23,10 +23,13 @@ from hybridsearch.scoring import EMPTY_FIELD_TOKEN, indexed_joined
 
 KnnEngine = Literal["lucene", "faiss"]
 Compression = Literal["1x", "4x", "32x"]
-# a kNN search of compressed vectors takes this many times k candidates by the quantised vectors
-# and rescores them with the float32 ones (k-NN 3.6 does not rescore 4x unless asked: on 20k clustered
-# vectors it then found 0.81 of the exact top-10, 1.0 with it)
-RESCORE_OVERSAMPLE = 3.0
+# How a kNN search of compressed vectors runs: (oversample, widen). It takes oversample x k
+# candidates by the quantised vectors and rescores them with the float32 ones (k-NN 3.6 does not
+# rescore 4x unless asked: on 20k clustered vectors it then found 0.81 of the exact top-10, 1.0 with
+# it); and its HNSW walk examines widen x ef_search vectors. On 1-bit codes the walk is what loses
+# neighbours: bench/vector_compression.py, 100k near-real chunks, 32x: recall@10 0.873 at ef_search
+# 100 whatever the oversampling (2 to 10), 0.978 at 400.
+COMPRESSED_SEARCH: dict[str, tuple[float, int]] = {"4x": (3.0, 1), "32x": (3.0, 4)}
 # the space type the dense field is mapped with, per k-NN engine: Lucene scores cosine natively;
 # the k-NN docs recommend inner product on Faiss for vectors that are already normalised
 SPACE_TYPE: dict[str, str] = {"lucene": "cosinesimil", "faiss": "innerproduct"}
@@ -356,15 +359,15 @@ def bm25_query(terms: Mapping[str, float], fields: Mapping[str, float], k: int, 
 
 
 def knn_query(field: str, vector: Sequence[float] | Sequence[int], k: int, filters: Filters | None,
-              ef_search: int, *, rescore: bool = False) -> dict[str, Any]:
+              ef_search: int, *, oversample: float | None = None) -> dict[str, Any]:
     """Approximate kNN on `field` with efficient filtering (the filter inside the knn clause, so
     k hits come back whenever k documents pass it). The HNSW search examines max(k, ef_search)
-    vectors on both engines: Lucene otherwise examines only k (a greedy walk at k=1). `rescore`
-    (a compressed field): RESCORE_OVERSAMPLE x k candidates, rescored with the float32 vectors."""
+    vectors on both engines: Lucene otherwise examines only k (a greedy walk at k=1). `oversample`
+    (a compressed field): that many times k candidates, rescored with the float32 vectors."""
     k = min(k, MAX_HITS)
     clause: dict[str, Any] = {"vector": list(vector), "k": k, "method_parameters": {"ef_search": max(k, ef_search)}}
-    if rescore:
-        clause["rescore"] = {"oversample_factor": RESCORE_OVERSAMPLE}
+    if oversample is not None:
+        clause["rescore"] = {"oversample_factor": oversample}
     flt = _knn_filter(filters)
     if flt is not None:
         clause["filter"] = flt
