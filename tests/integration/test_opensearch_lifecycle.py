@@ -815,7 +815,7 @@ def test_a_reader_follows_a_reindex_to_another_knn_method(admin, name, monkeypat
         assert got.ids == want.ids and got.scores == pytest.approx(cosines, abs=1e-5)
         assert reader.stats().details["concrete_index"] == f"{name}-v2"
     finally:
-        apply_chunk_templates(admin.client, name, "lucene")  # the shared component template as it was
+        apply_chunk_templates(admin.client, name, "lucene", "1x")  # the shared component template as it was
     reader.close()
     writer.close()
 
