@@ -256,7 +256,7 @@ def server_major(client: opensearchpy.OpenSearch) -> int:
         raise EngineError(f"the cluster reports OpenSearch version {number!r}, which is not a version number") from None
 
 
-def chunks_component(client: opensearchpy.OpenSearch, knn_engine: Q.KnnEngine, compression: Q.Compression
+def cluster_chunks_template(client: opensearchpy.OpenSearch, knn_engine: Q.KnnEngine, compression: Q.Compression
                      ) -> tuple[str, dict[str, Any]]:
     """The name and body of the chunk component template for this cluster (its version, and
     whether its nodes have the k-NN native libraries), after `check_native_knn`; a compression the
@@ -278,7 +278,7 @@ def apply_chunk_templates(client: opensearchpy.OpenSearch, index: str, knn_engin
                           compression: Q.Compression) -> list[Change]:
     """The chunk component template and the index template of logical index `index`, put where
     missing or different from this version's."""
-    return [put_template(client, "component template", *chunks_component(client, knn_engine, compression)),
+    return [put_template(client, "component template", *cluster_chunks_template(client, knn_engine, compression)),
             put_template(client, "index template", f"hybridsearch-{index}",
                          Q.index_template(index, knn_engine, compression))]
 
@@ -313,7 +313,8 @@ class Admin:
         the index-management plugin is installed."""
         knn, compression = self.settings.opensearch_knn_engine, self.settings.opensearch_vector_compression
         with self.errors("apply templates"):
-            out = [put_template(self.client, "component template", *chunks_component(self.client, knn, compression))]
+            out = [put_template(self.client, "component template",
+                                *cluster_chunks_template(self.client, knn, compression))]
             for name in [check_index_name(n) for n in names] if names else [ix.name for ix in self.indices()]:
                 out.append(put_template(self.client, "index template", f"hybridsearch-{name}",
                                         Q.index_template(name, knn, compression)))
@@ -451,14 +452,13 @@ class Admin:
                                f"the live version {live.index}")
         if stale and st.documents:
             out["warnings"].append(stale)
-        knn = st.details.get("knn_engine")
-        if knn in ("faiss", "lucene"):
-            missing = missing_fields(Q.chunks_template(knn, server_major(self.client))["template"]["mappings"], got)
-            if missing:
-                why = next((OUTDATED[f] for f in missing if f in OUTDATED), "")  # the costliest first
-                out["warnings"].append(
-                    f"the live version {live.index} was made from older templates and lacks {', '.join(missing)}"
-                    f"{why}; `hybridsearch indices reindex {name}` moves it onto the current ones")
+        # field names only: the same for every k-NN engine, compression and version
+        missing = missing_fields(Q.template("hybridsearch-chunks")["template"]["mappings"], got)
+        if missing:
+            why = next((OUTDATED[f] for f in missing if f in OUTDATED), "")  # the costliest first
+            out["warnings"].append(
+                f"the live version {live.index} was made from older templates and lacks {', '.join(missing)}"
+                f"{why}; `hybridsearch indices reindex {name}` moves it onto the current ones")
         return out
 
     def create(self, name: str, shards: int | None = None, replicas: int | None = None) -> LogicalIndex:
